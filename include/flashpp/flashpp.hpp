@@ -1,0 +1,174 @@
+// flashpp: exact attention, softmax(Q K^T * scale) V, computed the FlashAttention way.
+//
+// This is the public C++ API. It speaks of tensor views (pointer, dtype, device, sizes,
+// strides), never of a framework. Every argument is validated before any backend runs; a bad
+// argument throws flashpp::Error whose message names the argument, what was expected and what
+// was given. The C API (flashpp.h) mirrors this header with error codes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace flashpp {
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+enum class ErrorCode : int {
+  ok = 0,
+  invalid_argument = 1,  // a shape, stride, dtype, option or pointer is wrong
+  unsupported = 2,       // valid, but the chosen backend cannot do it (e.g. head dim, dtype)
+  backend_failure = 3,   // the device reported an error (CUDA launch, out of memory, ...)
+  internal = 4,          // a bug in flashpp
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Tensor views
+// ---------------------------------------------------------------------------------------------
+// Storage dtypes. Accumulation is float32 everywhere. f64 is accepted only by the CPU reference
+// backend (Backend::cpu_reference), the float64 oracle the tests compare every kernel against.
+enum class DType : int { f32 = 0, f16 = 1, bf16 = 2, f64 = 3 };
+enum class DeviceType : int { cpu = 0, cuda = 1 };
+
+struct Device {
+  DeviceType type = DeviceType::cpu;
+  int index = 0;  // CUDA ordinal; 0 for the CPU
+  friend bool operator==(const Device& a, const Device& b) {
+    return a.type == b.type && (a.type == DeviceType::cpu || a.index == b.index);
+  }
+};
+
+const char* to_string(DType dtype) noexcept;
+const char* to_string(DeviceType type) noexcept;
+std::size_t element_size(DType dtype) noexcept;
+
+// A non-owning view of a strided tensor of rank 1..4. Sizes and strides are in elements; the
+// last dimension must be contiguous (stride 1), every other stride is free.
+//
+// By meaning: q, o, dout, dq are [B, Nq, Hq, D]; k, v, dk, dv are [B, Nk, Hkv, D]; lse is
+// [B, Hq, Nq] float32. The [B, H, N, D] memory layout is expressed by strides alone.
+struct TensorView {
+  static constexpr int kMaxRank = 4;
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  Device device{};
+  int rank = 0;
+  std::int64_t sizes[kMaxRank] = {0, 0, 0, 0};
+  std::int64_t strides[kMaxRank] = {0, 0, 0, 0};
+
+  std::int64_t size(int dim) const { return sizes[dim]; }
+  std::int64_t stride(int dim) const { return strides[dim]; }
+  std::int64_t numel() const;
+  bool empty() const { return rank == 0 && data == nullptr; }
+};
+
+// A 4-d view [B, N, H, D] of memory laid out as [B, N, H, D] (the "bnhd" layout).
+TensorView make_bnhd(void* data, DType dtype, std::int64_t B, std::int64_t N, std::int64_t H,
+                     std::int64_t D, Device device = {});
+// A 4-d view [B, N, H, D] of memory laid out as [B, H, N, D] (the "bhnd" layout).
+TensorView make_bhnd(void* data, DType dtype, std::int64_t B, std::int64_t N, std::int64_t H,
+                     std::int64_t D, Device device = {});
+// A contiguous float32 view [B, H, N] (the lse layout).
+TensorView make_lse(float* data, std::int64_t B, std::int64_t H, std::int64_t N,
+                    Device device = {});
+
+// ---------------------------------------------------------------------------------------------
+// Options
+// ---------------------------------------------------------------------------------------------
+
+// Which diagonal the causal mask and the sliding window follow when Nq != Nk.
+//   top_left:     query i is aligned with key i            (torch SDPA is_causal)
+//   bottom_right: query i is aligned with key i + Nk - Nq  (flash_attn >= 2.1, KV-cache decode)
+enum class Alignment : int { top_left = 0, bottom_right = 1 };
+
+// Backend selection. `automatic` picks the tensors' device.
+enum class Backend : int { automatic = 0, cpu = 1, cuda = 2, cpu_reference = 3 };
+
+inline constexpr std::int64_t kUnbounded = -1;
+
+struct Options {
+  // Multiplies Q K^T. Non-positive or NaN means the default, 1/sqrt(D).
+  float softmax_scale = std::numeric_limits<float>::quiet_NaN();
+
+  // Masking. With alignment offset s (0 for top_left, Nk - Nq for bottom_right), query i sees
+  // key j iff  j <= i + s (causal)  and  i + s - window_left <= j <= i + s + window_right,
+  // where kUnbounded removes that side's limit. causal is the same as window_right = 0.
+  bool causal = false;
+  Alignment alignment = Alignment::top_left;
+  std::int64_t window_left = kUnbounded;
+  std::int64_t window_right = kUnbounded;
+
+  // Logit soft-capping: S = softcap * tanh(S / softcap) after scaling. 0 turns it off.
+  float softcap = 0.0f;
+
+  // Dropout on the attention probabilities. The keep mask of element (b, h, i, j) is a pure
+  // function of (seed, offset, b, h, i, j) through Philox4x32-10 (see DESIGN.md and
+  // src/common/philox.hpp): the backward regenerates exactly the forward's mask, and every
+  // backend produces the same mask.
+  float dropout_p = 0.0f;
+  std::uint64_t seed = 0;
+  std::uint64_t offset = 0;
+
+  // Backward: produce bit-identical results run to run (no floating-point atomics).
+  bool deterministic = false;
+
+  // Forward: write lse. When false, `lse` may be an empty view.
+  bool write_lse = true;
+
+  Backend backend = Backend::automatic;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Workspace
+// ---------------------------------------------------------------------------------------------
+// Scratch memory a call may need (on the tensors' device). Ask with *_workspace_size(); pass a
+// buffer at least that large, or pass an empty Workspace and flashpp allocates (and frees) it.
+struct Workspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Attention
+// ---------------------------------------------------------------------------------------------
+// `stream` is a cudaStream_t for CUDA tensors (nullptr = the default stream), ignored on CPU.
+
+std::size_t forward_workspace_size(const TensorView& q, const TensorView& k, const TensorView& v,
+                                   const Options& options = {});
+
+// o = softmax(q k^T * scale) v, and lse = log-sum-exp of each row of scaled scores.
+// Rows that see no key give o = 0 and lse = -inf.
+void forward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+             const TensorView& lse, const Options& options = {}, void* stream = nullptr,
+             const Workspace& workspace = {});
+
+std::size_t backward_workspace_size(const TensorView& q, const TensorView& k,
+                                    const TensorView& v, const Options& options = {});
+
+// Gradients of the forward with the same options. o and lse are the forward's outputs; dout is
+// the gradient of o. dk and dv sum the contributions of every query head sharing a kv head.
+void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+              const TensorView& lse, const TensorView& dout, const TensorView& dq,
+              const TensorView& dk, const TensorView& dv, const Options& options = {},
+              void* stream = nullptr, const Workspace& workspace = {});
+
+// Whether flashpp was built with the CUDA backend, and whether a CUDA device is usable now.
+bool cuda_compiled() noexcept;
+bool cuda_available() noexcept;
+
+// "0.1.0"
+const char* version() noexcept;
+
+}  // namespace flashpp
