@@ -3,7 +3,7 @@
 # already there. Safe to run repeatedly; the CUDA toolkit is optional (found at /usr/local/cuda).
 set -euo pipefail
 
-packages=(cmake ninja-build g++ make libgtest-dev googletest python3-venv python3-dev)
+packages=(cmake ninja-build g++ make libgtest-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
