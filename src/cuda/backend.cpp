@@ -1,0 +1,120 @@
+// The CUDA backend's entry points (cuda_backend.hpp): capability checks, workspace sizes, and
+// forward/backward dispatch with the device set to the tensors' device. The kernels themselves
+// live behind forward.hpp (src/cuda/sm80/forward/) and backward.hpp (src/cuda/backward/).
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "backward.hpp"
+#include "common/check_cuda.hpp"
+#include "cuda_backend.hpp"
+#include "forward.hpp"
+
+namespace flashpp::cuda {
+namespace {
+
+constexpr std::int64_t kMaxHeadDim = 256;
+
+// Makes `device` current for the lifetime of the guard and restores the caller's device after,
+// so that flashpp never changes the calling thread's CUDA state behind its back.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() {
+    int current = previous_;
+    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+// Scratch allocated on the stream when the caller passed no workspace; freed on the same stream
+// (stream-ordered, so the free waits for the kernels that use it) even when a launch throws.
+class StreamScratch {
+ public:
+  StreamScratch(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
+    if (bytes > 0) check_cuda(cudaMallocAsync(&data_, bytes, stream), "cudaMallocAsync (workspace)");
+  }
+  ~StreamScratch() {
+    if (data_ != nullptr) cudaFreeAsync(data_, stream_);
+  }
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+  cudaStream_t stream_;
+};
+
+int device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return 0;
+  }
+  return count;
+}
+
+}  // namespace
+
+bool compiled() noexcept { return true; }
+
+bool available() noexcept { return device_count() > 0; }
+
+std::string unsupported_reason(const detail::Problem& p, bool backward) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
+    return std::string("q: the CUDA backend supports dtype f16 and bf16, got ") +
+           to_string(p.dtype);
+  }
+  if (p.D % 8 != 0 || p.D > kMaxHeadDim) {
+    return "q: the CUDA backend supports head dims that are multiples of 8 up to 256, got " +
+           std::to_string(p.D);
+  }
+  if (p.device.type != DeviceType::cuda) {
+    return std::string("q: the CUDA backend needs CUDA tensors, got device ") +
+           to_string(p.device.type);
+  }
+  const int count = device_count();
+  if (p.device.index < 0 || p.device.index >= count) {
+    return "q: CUDA device ordinal " + std::to_string(p.device.index) + " is not valid (" +
+           std::to_string(count) + " CUDA devices visible)";
+  }
+  if (backward) return backward_unsupported_reason(p);
+  return {};
+}
+
+std::size_t forward_workspace_size(const detail::Problem&) { return 0; }
+
+std::size_t backward_workspace_size(const detail::Problem& problem, bool deterministic) {
+  return backward_scratch_bytes(problem, deterministic);
+}
+
+void forward(const detail::ForwardArgs& args) {
+  const std::string reason = forward_layout_unsupported_reason(args);
+  if (!reason.empty()) throw Error(ErrorCode::unsupported, "flashpp::forward: " + reason);
+  DeviceGuard guard(args.problem.device.index);
+  run_forward(args);
+}
+
+void backward(const detail::BackwardArgs& args) {
+  DeviceGuard guard(args.problem.device.index);
+  if (args.workspace.data != nullptr || backward_scratch_bytes(args.problem, args.deterministic) == 0) {
+    run_backward(args);
+    return;
+  }
+  const auto stream = static_cast<cudaStream_t>(args.stream);
+  StreamScratch scratch(backward_scratch_bytes(args.problem, args.deterministic), stream);
+  detail::BackwardArgs with_scratch = args;
+  with_scratch.workspace.data = scratch.data();
+  with_scratch.workspace.bytes = backward_scratch_bytes(args.problem, args.deterministic);
+  run_backward(with_scratch);
+}
+
+}  // namespace flashpp::cuda

@@ -1,0 +1,46 @@
+// ldmatrix: each of the 32 lanes gives the shared-memory address of one 16-byte row; the warp
+// receives four 8x8 matrices of 16-bit elements in the mma fragment layout (lane l holds row
+// l / 4, elements 2*(l % 4) and 2*(l % 4) + 1 of each matrix). Lanes 8m..8m+7 address the rows
+// of matrix m. The transposed form hands out the transpose of each 8x8 matrix instead, which
+// turns a row-major [k][n] tile (such as V stored [key][d]) into "col-major" B fragments.
+//
+// CCCL's cuda::ptx has no ldmatrix wrapper, so this is PTX.
+#pragma once
+
+#include <cstdint>
+
+namespace flashpp::cuda {
+
+// 32-bit shared-state-space address of a generic pointer into shared memory.
+__device__ __forceinline__ std::uint32_t shared_address(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t smem_row_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_row_addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4],
+                                                  std::uint32_t smem_row_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_row_addr));
+}
+
+// Two matrices (lanes 0..15 give the addresses; the others' are ignored but must be valid).
+__device__ __forceinline__ void ldmatrix_x2(std::uint32_t (&r)[2], std::uint32_t smem_row_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_row_addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x2_trans(std::uint32_t (&r)[2],
+                                                  std::uint32_t smem_row_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_row_addr));
+}
+
+}  // namespace flashpp::cuda
