@@ -1,0 +1,24 @@
+"""flashpp: exact attention, softmax(Q Kᵀ · scale) V, computed the FlashAttention way.
+
+    import flashpp
+    o = flashpp.attention(q, k, v, causal=True)          # numpy or torch, [B, N, H, D]
+
+PyTorch: flashpp.attention is differentiable and works under torch.compile(fullgraph=True) and
+CUDA graphs; flashpp.torch has drop-in replacements for torch's scaled_dot_product_attention
+and flash-attn's flash_attn_func, and an nn.Module.
+"""
+from . import _C
+from ._C import Options, cuda_available, cuda_compiled, dropout_keep_mask
+from .functional import attention, attention_backward
+
+__version__ = _C.version()
+
+__all__ = [
+    "attention",
+    "attention_backward",
+    "cuda_available",
+    "cuda_compiled",
+    "dropout_keep_mask",
+    "Options",
+    "__version__",
+]

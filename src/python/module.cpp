@@ -1,0 +1,21 @@
+// flashpp._C: the nanobind extension behind the Python package (python/flashpp). It links the
+// C++ library statically and never links against a framework: tensors cross by DLPack, so one
+// build serves every PyTorch version (and numpy, cupy, ...).
+#include <nanobind/nanobind.h>
+
+#include "attention_bindings.hpp"
+#include "dropout_bindings.hpp"
+#include "errors.hpp"
+#include "flashpp/flashpp.hpp"
+
+NB_MODULE(_C, m) {
+  m.doc() = "flashpp's C++ API for Python (use the flashpp package, not this module)";
+  flashpp::python::register_error_translation();
+  flashpp::python::bind_attention(m);
+  flashpp::python::bind_dropout(m);
+  m.def("version", [] { return flashpp::version(); });
+  m.def("cuda_compiled", [] { return flashpp::cuda_compiled(); },
+        "Whether this build has the CUDA backend.");
+  m.def("cuda_available", [] { return flashpp::cuda_available(); },
+        "Whether the CUDA backend can run now (compiled in and a device present).");
+}
