@@ -1,0 +1,142 @@
+// The tiled FlashAttention-2 forward on the CPU.
+//
+// One task = one query tile of one (batch, head); OpenMP hands tasks to threads dynamically
+// (causal tiles differ in cost). A task keeps its query tile, running statistics and output
+// accumulator in per-thread scratch and walks the key/value tiles of its kv head:
+//
+//   St  = K_j (scale Q_i)^T          key-major: keys are rows, queries are the vector lanes
+//   St  = softcap(St), masked -> -inf   (only on tiles that cross the mask boundary)
+//   online_softmax_update: m, l, alpha per query lane; St becomes P~ = exp(St - m')
+//   rescale_output: O *= alpha;   dropout: P~ *= z;   O += P~ V_j
+//
+// Why key-major: with queries along the lanes the softmax statistics are plain vectors (no
+// horizontal reductions), Q^T is transposed once per task instead of K once per tile product,
+// and both products read K and V rows as stored (see tile_gemm.hpp).
+#include <cmath>
+#include <limits>
+
+#include "cpu_backend.hpp"
+#include "tile_config.hpp"
+#include "tile_dropout.hpp"
+#include "tile_gemm.hpp"
+#include "tile_io.hpp"
+#include "tile_scratch.hpp"
+#include "tile_softmax.hpp"
+
+namespace flashpp::cpu {
+namespace {
+
+// Per-thread scratch of the forward.
+struct ForwardScratch {
+  explicit ForwardScratch(std::int64_t D)
+      : q_t(D * kQueryTile),
+        k(kKeyTile * D),
+        v(kKeyTile * D),
+        s_t(kKeyTile * kQueryTile),
+        z_t(kKeyTile * kQueryTile),
+        o(kQueryTile * D),
+        m(kQueryTile),
+        l(kQueryTile),
+        alpha(kQueryTile),
+        row(D) {}
+  ScratchTile q_t;    // [D][kQueryTile]  scale * Q_i, transposed
+  ScratchTile k, v;   // [kKeyTile][D]
+  ScratchTile s_t;    // [kKeyTile][kQueryTile]  scores, then probabilities
+  ScratchTile z_t;    // [kKeyTile][kQueryTile]  dropout factors
+  ScratchTile o;      // [kQueryTile][D]  unnormalised output
+  ScratchTile m, l, alpha;
+  ScratchTile row;    // one converted row
+};
+
+// After the last key tile: O /= l and lse = m + log l; a row that saw no key gets O = 0 and
+// lse = -inf.
+void finalize_and_store(const detail::ForwardArgs& a, std::int64_t b, std::int64_t h,
+                        std::int64_t i0, std::int64_t q_rows, ForwardScratch& s) {
+  const std::int64_t D = a.problem.D;
+  float* o = s.o.get();
+  const float* m = s.m.get();
+  const float* l = s.l.get();
+  for (std::int64_t r = 0; r < q_rows; ++r) {
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    convert_from_f32(o + r * D, D, a.o.dtype,
+                     element_ptr_mut(a.o, detail::offset4(a.o, b, i0 + r, h, 0)), inv);
+  }
+  if (a.write_lse && a.lse.data != nullptr) {
+    float* lse = static_cast<float*>(a.lse.data);
+    for (std::int64_t r = 0; r < q_rows; ++r) {
+      lse[detail::offset3(a.lse, b, h, i0 + r)] =
+          l[r] > 0.0f ? m[r] + std::log(l[r]) : -std::numeric_limits<float>::infinity();
+    }
+  }
+}
+
+void forward_query_tile(const detail::ForwardArgs& a, std::int64_t b, std::int64_t h,
+                        std::int64_t i0, ForwardScratch& s) {
+  const detail::Problem& p = a.problem;
+  const std::int64_t D = p.D;
+  const std::int64_t hk = h / p.heads_per_kv();
+  const std::int64_t q_rows = std::min(kQueryTile, p.Nq - i0);
+  const std::int64_t q_cols = round_up(q_rows, 16);  // lanes computed (padding lanes are zero)
+  const auto bh = static_cast<std::uint32_t>(b * p.Hq + h);
+
+  // The scale folds into Q once: S = (scale Q) K^T.
+  load_tile_transposed(a.q, b, i0, q_rows, h, D, s.q_t.get(), kQueryTile, q_cols, s.row.get(),
+                       p.scale);
+  for (std::int64_t r = 0; r < kQueryTile; ++r) {
+    s.m.get()[r] = kNegInf;
+    s.l.get()[r] = 0.0f;
+  }
+  for (std::int64_t x = 0; x < q_rows * D; ++x) s.o.get()[x] = 0.0f;
+
+  const bool masked = p.mask.active();
+  for (std::int64_t j0 = 0; j0 < p.Nk; j0 += kKeyTile) {
+    const std::int64_t j1 = std::min(j0 + kKeyTile, p.Nk);
+    if (masked && p.mask.tile_fully_hidden(i0, i0 + q_rows, j0, j1)) continue;
+    const std::int64_t kv_rows = j1 - j0;
+    load_tile_rows(a.k, b, j0, kv_rows, hk, D, s.k.get(), D, kv_rows);
+    load_tile_rows(a.v, b, j0, kv_rows, hk, D, s.v.get(), D, kv_rows);
+
+    float* st = s.s_t.get();
+    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, s.k.get(), D, s.q_t.get(), kQueryTile, st,
+                                  kQueryTile, false);
+    if (p.softcap > 0.0f) apply_softcap(st, kQueryTile, kv_rows, q_cols, p.softcap);
+    if (masked && !p.mask.tile_fully_visible(i0, i0 + q_rows, j0, j1)) {
+      apply_tile_mask_key_major(st, kQueryTile, kv_rows, q_cols, i0, j0, p.mask);
+    }
+    online_softmax_update(st, kQueryTile, kv_rows, q_cols, s.m.get(), s.l.get(), s.alpha.get());
+    rescale_output(s.o.get(), D, q_rows, D, s.alpha.get());
+    if (p.dropout.enabled()) {
+      // l was summed before this: the lse (and the normalisation) ignore dropout.
+      float* z = s.z_t.get();
+      dropout_factors_key_major(z, kQueryTile, kv_rows, q_rows, i0, j0, bh, p.dropout);
+      for (std::int64_t c = 0; c < kv_rows; ++c) {
+        multiply_row(st + c * kQueryTile, z + c * kQueryTile, st + c * kQueryTile, q_rows);
+      }
+    }
+    // O[r][:] += sum_c P~t[c][r] V[c][:]: P~ read column-major from the key-major tile.
+    tile_gemm<ALayout::col_major>(q_rows, D, kv_rows, st, kQueryTile, s.v.get(), D, s.o.get(), D,
+                                  true);
+  }
+  finalize_and_store(a, b, h, i0, q_rows, s);
+}
+
+}  // namespace
+
+void flash_forward(const detail::ForwardArgs& a) {
+  const detail::Problem& p = a.problem;
+  if (p.B == 0 || p.Hq == 0 || p.Nq == 0) return;
+  const std::int64_t q_tiles = (p.Nq + kQueryTile - 1) / kQueryTile;
+  const std::int64_t tasks = p.B * p.Hq * q_tiles;
+#pragma omp parallel
+  {
+    ForwardScratch scratch(p.D);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t t = 0; t < tasks; ++t) {
+      const std::int64_t tile = t % q_tiles;
+      const std::int64_t bh = t / q_tiles;
+      forward_query_tile(a, bh / p.Hq, bh % p.Hq, tile * kQueryTile, scratch);
+    }
+  }
+}
+
+}  // namespace flashpp::cpu

@@ -1,0 +1,158 @@
+// The one matrix product every step of the CPU FlashAttention uses:
+//
+//     C[M x N]  (= or +=)  A[M x K] . B[K x N]          all float32
+//
+// B and C are row-major (contiguous rows, leading dimensions ldb / ldc). A is read one element at
+// a time and broadcast, so it may be stored either way: row-major (element (m, k) at
+// a[m*lda + k]) or column-major (element (m, k) at a[k*lda + m]). That freedom is what lets the
+// forward and backward avoid transposing anything inside their inner loops: S^T = K Q^T reads
+// K row-major, O += P V reads P^T column-major, dV += P^T dO reads P row-major, and so on.
+//
+// AVX-512: a register-blocked micro-kernel holds a kRows x (kVectors*16) block of C in 24 zmm
+// accumulators; per step of k it loads kVectors vectors of B, broadcasts kRows elements of A and
+// issues kRows*kVectors FMAs (24 FMAs for 10 loads, enough to keep both FMA ports busy). The
+// last vector of a row is loaded and stored under a mask, so N needs no padding.
+// Without AVX-512 a plain loop nest is used (the compiler vectorises its inner loop).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace flashpp::cpu {
+
+enum class ALayout { row_major, col_major };
+
+#if defined(__AVX512F__)
+
+namespace gemm_detail {
+
+inline constexpr int kRows = 6;     // rows of C per micro-kernel
+inline constexpr int kVectors = 4;  // 16-float vectors of C per row per micro-kernel
+
+template <ALayout layout>
+inline float a_element(const float* a, std::int64_t lda, int m, std::int64_t k) {
+  return layout == ALayout::row_major ? a[m * lda + k] : a[k * lda + m];
+}
+
+// C block of ROWS x (VECS*16) columns; the last vector is masked with `tail`.
+template <ALayout layout, int ROWS, int VECS>
+inline void micro_kernel(std::int64_t K, const float* a, std::int64_t lda, const float* b,
+                         std::int64_t ldb, float* c, std::int64_t ldc, __mmask16 tail,
+                         bool accumulate) {
+  __m512 acc[ROWS][VECS];
+#pragma GCC unroll 8
+  for (int m = 0; m < ROWS; ++m) {
+#pragma GCC unroll 4
+    for (int v = 0; v < VECS; ++v) {
+      const __mmask16 mask = v == VECS - 1 ? tail : __mmask16(0xFFFF);
+      acc[m][v] = accumulate ? _mm512_maskz_loadu_ps(mask, c + m * ldc + v * 16)
+                             : _mm512_setzero_ps();
+    }
+  }
+  for (std::int64_t k = 0; k < K; ++k) {
+    __m512 bk[VECS];
+#pragma GCC unroll 4
+    for (int v = 0; v < VECS; ++v) {
+      const __mmask16 mask = v == VECS - 1 ? tail : __mmask16(0xFFFF);
+      bk[v] = _mm512_maskz_loadu_ps(mask, b + k * ldb + v * 16);
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < ROWS; ++m) {
+      const __m512 am = _mm512_set1_ps(a_element<layout>(a, lda, m, k));
+#pragma GCC unroll 4
+      for (int v = 0; v < VECS; ++v) acc[m][v] = _mm512_fmadd_ps(am, bk[v], acc[m][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < ROWS; ++m) {
+#pragma GCC unroll 4
+    for (int v = 0; v < VECS; ++v) {
+      const __mmask16 mask = v == VECS - 1 ? tail : __mmask16(0xFFFF);
+      _mm512_mask_storeu_ps(c + m * ldc + v * 16, mask, acc[m][v]);
+    }
+  }
+}
+
+template <ALayout layout, int ROWS>
+inline void micro_kernel_rows(int vecs, std::int64_t K, const float* a, std::int64_t lda,
+                              const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
+                              __mmask16 tail, bool accumulate) {
+  switch (vecs) {
+    case 1: micro_kernel<layout, ROWS, 1>(K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
+    case 2: micro_kernel<layout, ROWS, 2>(K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
+    case 3: micro_kernel<layout, ROWS, 3>(K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
+    default: micro_kernel<layout, ROWS, 4>(K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
+  }
+}
+
+template <ALayout layout>
+inline void micro_kernel_any(int rows, int vecs, std::int64_t K, const float* a, std::int64_t lda,
+                             const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
+                             __mmask16 tail, bool accumulate) {
+  switch (rows) {
+    case 1: micro_kernel_rows<layout, 1>(vecs, K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
+    case 2: micro_kernel_rows<layout, 2>(vecs, K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
+    case 3: micro_kernel_rows<layout, 3>(vecs, K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
+    case 4: micro_kernel_rows<layout, 4>(vecs, K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
+    case 5: micro_kernel_rows<layout, 5>(vecs, K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
+    default: micro_kernel_rows<layout, 6>(vecs, K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
+  }
+}
+
+}  // namespace gemm_detail
+
+// C = A B (accumulate == false) or C += A B (accumulate == true). With K == 0 and
+// accumulate == false, C is zeroed.
+template <ALayout layout>
+inline void tile_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* a,
+                      std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                      std::int64_t ldc, bool accumulate) {
+  using namespace gemm_detail;
+  constexpr std::int64_t kCols = kVectors * 16;
+  // Column blocks outside, row blocks inside: the K x kCols panel of B stays in L1 while every
+  // row block of A streams past it.
+  for (std::int64_t n0 = 0; n0 < N; n0 += kCols) {
+    const std::int64_t cols = N - n0 < kCols ? N - n0 : kCols;
+    const int vecs = static_cast<int>((cols + 15) / 16);
+    const int tail_count = static_cast<int>(cols - (vecs - 1) * 16);
+    const __mmask16 tail = static_cast<__mmask16>((1u << tail_count) - 1u);
+    for (std::int64_t m0 = 0; m0 < M; m0 += kRows) {
+      const int rows = static_cast<int>(M - m0 < kRows ? M - m0 : kRows);
+      const float* a_block = layout == ALayout::row_major ? a + m0 * lda : a + m0;
+      float* c_block = c + m0 * ldc + n0;
+      if (rows == kRows && vecs == kVectors) {
+        micro_kernel<layout, kRows, kVectors>(K, a_block, lda, b + n0, ldb, c_block, ldc, tail,
+                                              accumulate);
+      } else {
+        micro_kernel_any<layout>(rows, vecs, K, a_block, lda, b + n0, ldb, c_block, ldc, tail,
+                                 accumulate);
+      }
+    }
+  }
+}
+
+#else  // portable fallback: the same contract, plain loops
+
+template <ALayout layout>
+inline void tile_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* a,
+                      std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                      std::int64_t ldc, bool accumulate) {
+  for (std::int64_t m = 0; m < M; ++m) {
+    float* crow = c + m * ldc;
+    if (!accumulate) {
+      for (std::int64_t n = 0; n < N; ++n) crow[n] = 0.0f;
+    }
+    for (std::int64_t k = 0; k < K; ++k) {
+      const float am = layout == ALayout::row_major ? a[m * lda + k] : a[k * lda + m];
+      const float* brow = b + k * ldb;
+      for (std::int64_t n = 0; n < N; ++n) crow[n] += am * brow[n];
+    }
+  }
+}
+
+#endif
+
+}  // namespace flashpp::cpu

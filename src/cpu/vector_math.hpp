@@ -1,0 +1,66 @@
+// Vectorised exp and tanh for the softmax steps (AVX-512), with scalar twins for the fallback
+// and for loop tails. Accuracy: a few ulp in float32, which is below the storage rounding of
+// every dtype flashpp supports; exp of anything below about -87 is exactly 0 (masked scores are
+// -inf and must give a probability of exactly 0).
+#pragma once
+
+#include <cmath>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+// GCC 12 reports its own intrinsics' deliberately undefined pass-through operands as
+// "may be used uninitialized" once they are inlined; the warning is a false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace flashpp::cpu {
+
+inline float exp_scalar(float x) { return x < -87.0f ? 0.0f : std::exp(x); }
+inline float tanh_scalar(float x) { return std::tanh(x); }
+
+#if defined(__AVX512F__)
+
+// exp(x) = 2^n * exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2]; exp(r) by its
+// degree-6 Taylor polynomial (error < 2e-8 relative on that interval); 2^n applied with scalef,
+// which saturates to 0 / inf without integer-exponent tricks.
+inline __m512 exp_ps(__m512 x) {
+  const __m512 kLog2e = _mm512_set1_ps(1.44269504088896341f);
+  const __m512 kLn2Hi = _mm512_set1_ps(0.693359375f);
+  const __m512 kLn2Lo = _mm512_set1_ps(-2.12194440e-4f);
+  const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+  x = _mm512_min_ps(x, _mm512_set1_ps(88.5f));
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));  // keeps -inf out of the reduction (no NaN)
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, kLog2e),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, kLn2Hi, x);
+  r = _mm512_fnmadd_ps(n, kLn2Lo, r);
+  __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~underflow), p, n);
+}
+
+// tanh(y) = sign(y) (1 - e) / (1 + e) with e = exp(-2|y|): no cancellation for large |y| and
+// an absolute error of a few 1e-8 near 0, which is what the soft-capped score needs.
+inline __m512 tanh_ps(__m512 y) {
+  const __m512 abs_y = _mm512_abs_ps(y);
+  const __m512 e = exp_ps(_mm512_mul_ps(abs_y, _mm512_set1_ps(-2.0f)));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 t = _mm512_div_ps(_mm512_sub_ps(one, e), _mm512_add_ps(one, e));
+  // copy the sign of y onto t
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32(0x80000000));
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), sign));
+}
+
+// Mask with the first `count` lanes set (count in [0, 16]).
+inline __mmask16 lanes_mask(long count) {
+  return count >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << count) - 1u);
+}
+
+#endif
+
+}  // namespace flashpp::cpu
