@@ -1,0 +1,14 @@
+"""flashpp for PyTorch.
+
+Importing this registers the operators torch.ops.flashpp.attention_fwd / attention_bwd
+(autograd, torch.compile, CUDA graphs) and provides drop-in replacements:
+
+    from flashpp.torch import scaled_dot_product_attention   # torch's signature, [B, H, N, D]
+    from flashpp.torch import flash_attn_func                # flash-attn's signature, [B, N, H, D]
+    from flashpp.torch import MultiheadAttention             # an nn.Module
+"""
+from . import ops
+from .dropins import flash_attn_func, scaled_dot_product_attention
+from .modules import MultiheadAttention
+
+__all__ = ["ops", "flash_attn_func", "scaled_dot_product_attention", "MultiheadAttention"]

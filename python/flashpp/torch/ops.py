@@ -1,0 +1,143 @@
+"""flashpp's PyTorch operators: flashpp::attention_fwd and flashpp::attention_bwd.
+
+Registered through torch.library.custom_op, so that
+  - autograd works: the forward saves q, k, v, o, lse (and the dropout seed/offset) and the
+    backward calls flashpp's backward (register_autograd);
+  - torch.compile(fullgraph=True) traces through them without a graph break: each op is one
+    opaque node whose output shapes and strides come from register_fake;
+  - CUDA graph capture works: every buffer (outputs and flashpp's workspace) is allocated by
+    torch, so it comes from the capture's memory pool, and kernels go to torch's current stream.
+
+Tensors cross into C++ by DLPack (no copies): this module never needs flashpp to be rebuilt for
+a torch version. Inputs are [B, N, H, D] views with a contiguous last dimension (any other
+strides); outputs are allocated like their inputs (torch.empty_like keeps a dense layout, so a
+[B, H, N, D] caller gets a [B, H, N, D] result).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import Tensor
+
+from .. import _C, _rng
+from .._options import AttentionConfig, to_options
+
+
+def _config(softmax_scale, causal, bottom_right, window_left, window_right, softcap, dropout_p,
+            deterministic, backend) -> AttentionConfig:
+    return AttentionConfig(softmax_scale, causal, bottom_right, window_left, window_right,
+                           softcap, dropout_p, deterministic, backend)
+
+
+def _stream(t: Tensor) -> int:
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+
+
+def _on_device(t: Tensor):
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
+def _last_dim_contiguous(t: Tensor) -> Tensor:
+    # The one layout rule of the C++ API. A gradient from .sum() arrives expanded (stride 0).
+    return t if t.size(-1) <= 1 or t.stride(-1) == 1 else t.contiguous()
+
+
+def _output_like(t: Tensor) -> Tensor:
+    """An output shaped like t: t's dense layout if its last dimension is contiguous, else
+    contiguous. Used by the real and the fake kernels alike, so their strides agree."""
+    if t.size(-1) <= 1 or t.stride(-1) == 1:
+        return torch.empty_like(t)
+    return t.new_empty(t.shape)
+
+
+def _workspace(nbytes: int, like: Tensor):
+    # Allocated by torch, so CUDA graph capture takes it from the graph's pool.
+    return torch.empty(nbytes, dtype=torch.uint8, device=like.device) if nbytes > 0 else None
+
+
+def _resolve_rng(dropout_p: float, seed: int, offset: int) -> tuple[int, int]:
+    """seed/offset < 0 mean "draw one": from torch's CPU generator, and the next call count."""
+    if dropout_p <= 0.0:
+        return max(seed, 0), max(offset, 0)
+    return (_rng.draw_torch_seed() if seed < 0 else seed,
+            _rng.next_offset() if offset < 0 else offset)
+
+
+@torch.library.custom_op("flashpp::attention_fwd", mutates_args=())
+def attention_fwd(
+    q: Tensor, k: Tensor, v: Tensor,
+    softmax_scale: float, causal: bool, bottom_right: bool, window_left: int, window_right: int,
+    softcap: float, dropout_p: float, seed: int, offset: int, deterministic: bool, backend: str,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(o, lse, rng_state): o like q, lse float32 [B, Hq, Nq], rng_state int64 [2] on the CPU
+    holding the (seed, offset) the dropout mask was made with (the backward regenerates it)."""
+    cfg = _config(softmax_scale, causal, bottom_right, window_left, window_right, softcap,
+                  dropout_p, deterministic, backend)
+    seed, offset = _resolve_rng(dropout_p, seed, offset)
+    o = _output_like(q)
+    q, k, v = (_last_dim_contiguous(t.detach()) for t in (q, k, v))
+    B, Nq, Hq, _ = q.shape
+    lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
+    opt = to_options(cfg, seed, offset)
+    with _on_device(q):
+        workspace = _workspace(_C.forward_workspace_size(q, k, v, opt), q)
+        _C.forward(q, k, v, o, lse, opt, _stream(q), workspace)
+    return o, lse, torch.tensor([seed, offset], dtype=torch.int64)
+
+
+@attention_fwd.register_fake
+def _attention_fwd_fake(q, k, v, softmax_scale, causal, bottom_right, window_left, window_right,
+                        softcap, dropout_p, seed, offset, deterministic, backend):
+    B, Nq, Hq, _ = q.shape
+    return (_output_like(q), q.new_empty((B, Hq, Nq), dtype=torch.float32),
+            torch.empty(2, dtype=torch.int64, device="cpu"))
+
+
+@torch.library.custom_op("flashpp::attention_bwd", mutates_args=())
+def attention_bwd(
+    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, rng_state: Tensor,
+    softmax_scale: float, causal: bool, bottom_right: bool, window_left: int, window_right: int,
+    softcap: float, dropout_p: float, deterministic: bool, backend: str,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv), each like its input; dk, dv sum over the query heads of a kv head."""
+    cfg = _config(softmax_scale, causal, bottom_right, window_left, window_right, softcap,
+                  dropout_p, deterministic, backend)
+    seed, offset = (int(x) for x in rng_state.tolist())  # a CPU tensor: no device sync
+    dq, dk, dv = _output_like(q), _output_like(k), _output_like(v)
+    q, k, v, o, dout = (_last_dim_contiguous(t.detach()) for t in (q, k, v, o, dout))
+    opt = to_options(cfg, seed, offset)
+    with _on_device(q):
+        workspace = _workspace(_C.backward_workspace_size(q, k, v, opt), q)
+        _C.backward(q, k, v, o, lse.detach(), dout, dq, dk, dv, opt, _stream(q), workspace)
+    return dq, dk, dv
+
+
+@attention_bwd.register_fake
+def _attention_bwd_fake(dout, q, k, v, o, lse, rng_state, softmax_scale, causal, bottom_right,
+                        window_left, window_right, softcap, dropout_p, deterministic, backend):
+    return _output_like(q), _output_like(k), _output_like(v)
+
+
+# ---- autograd ---------------------------------------------------------------------------------
+_N_CONFIG_INPUTS = 11  # attention_fwd's inputs after q, k, v
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, scale, causal, bottom_right, wl, wr, softcap, p, _seed, _offset, det, backend = inputs
+    o, lse, rng_state = output
+    ctx.save_for_backward(q, k, v, o, lse, rng_state)
+    ctx.config = (scale, causal, bottom_right, wl, wr, softcap, p, det, backend)
+    # lse is returned for inspection and KV-cache merging; gradients do not flow through it.
+    ctx.mark_non_differentiable(lse, rng_state)
+
+
+def _backward(ctx, grad_o, _grad_lse, _grad_rng):
+    q, k, v, o, lse, rng_state = ctx.saved_tensors
+    if grad_o is None:
+        return (None,) * (3 + _N_CONFIG_INPUTS)
+    dq, dk, dv = attention_bwd(grad_o, q, k, v, o, lse, rng_state, *ctx.config)
+    return (dq, dk, dv) + (None,) * _N_CONFIG_INPUTS
+
+
+attention_fwd.register_autograd(_backward, setup_context=_setup_context)
