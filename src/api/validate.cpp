@@ -91,6 +91,11 @@ void check_view(const char* call, const char* name, const TensorView& t, int ran
 }
 
 void check_output_strides(const char* call, const char* name, const TensorView& t) {
+  // An empty tensor has no elements that could alias (and make_bnhd gives N = 0 views a
+  // zero batch stride).
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.sizes[i] == 0) return;
+  }
   for (int i = 0; i < t.rank; ++i) {
     if (t.sizes[i] > 1 && t.strides[i] == 0) {
       fail(ErrorCode::invalid_argument, call, name,
@@ -153,7 +158,8 @@ Problem validate_inputs(const char* call, const TensorView& q, const TensorView&
   if (p.D == 0 && p.B * p.Hq * p.Nq > 0) {
     fail(ErrorCode::invalid_argument, call, "q", "head dim D >= 1", shape_string(q));
   }
-  if (p.Hkv == 0 ? p.Hq != 0 : p.Hq % p.Hkv != 0) {
+  // Hq = 0 with Hkv > 0 is rejected too: no query head would write dk and dv.
+  if (p.Hkv == 0 ? p.Hq != 0 : (p.Hq % p.Hkv != 0 || p.Hq == 0)) {
     fail(ErrorCode::invalid_argument, call, "k",
          "a number of kv heads that divides the " + std::to_string(p.Hq) + " query heads",
          std::to_string(p.Hkv) + " kv heads");
@@ -204,8 +210,11 @@ Problem validate_inputs(const char* call, const TensorView& q, const TensorView&
          "code " + std::to_string(static_cast<int>(options.alignment)));
   }
   p.mask.shift = options.alignment == Alignment::bottom_right ? p.Nk - p.Nq : 0;
-  p.mask.left = options.window_left == kUnbounded ? kNoLimit : options.window_left;
-  p.mask.right = options.window_right == kUnbounded ? kNoLimit : options.window_right;
+  // Windows of kNoLimit (2^60) keys or more are unbounded; clamping keeps i + shift + right in
+  // the mask arithmetic far from int64 overflow (a window of INT64_MAX would wrap).
+  auto limit = [](std::int64_t w) { return w == kUnbounded || w > kNoLimit ? kNoLimit : w; };
+  p.mask.left = limit(options.window_left);
+  p.mask.right = limit(options.window_right);
   if (options.causal) p.mask.right = 0;
   return p;
 }
