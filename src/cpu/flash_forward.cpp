@@ -40,7 +40,7 @@ struct ForwardScratch {
         alpha(kQueryTile),
         row(D) {}
   ScratchTile q_t;    // [D][kQueryTile]  scale * Q_i, transposed
-  ScratchTile k, v;   // [kKeyTile][D]
+  ScratchTile k, v;   // [kKeyTile][D]  converted K_j, V_j (f16 / bf16 only)
   ScratchTile s_t;    // [kKeyTile][kQueryTile]  scores, then probabilities
   ScratchTile z_t;    // [kKeyTile][kQueryTile]  dropout factors
   ScratchTile o;      // [kQueryTile][D]  unnormalised output
@@ -93,11 +93,11 @@ void forward_query_tile(const detail::ForwardArgs& a, std::int64_t b, std::int64
     const std::int64_t j1 = std::min(j0 + kKeyTile, p.Nk);
     if (masked && p.mask.tile_fully_hidden(i0, i0 + q_rows, j0, j1)) continue;
     const std::int64_t kv_rows = j1 - j0;
-    load_tile_rows(a.k, b, j0, kv_rows, hk, D, s.k.get(), D, kv_rows);
-    load_tile_rows(a.v, b, j0, kv_rows, hk, D, s.v.get(), D, kv_rows);
+    const RowsView k = view_tile_rows(a.k, b, j0, kv_rows, hk, D, s.k.get());
+    const RowsView v = view_tile_rows(a.v, b, j0, kv_rows, hk, D, s.v.get());
 
     float* st = s.s_t.get();
-    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, s.k.get(), D, s.q_t.get(), kQueryTile, st,
+    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, k.ptr, k.ld, s.q_t.get(), kQueryTile, st,
                                   kQueryTile, false);
     if (p.softcap > 0.0f) apply_softcap(st, kQueryTile, kv_rows, q_cols, p.softcap);
     if (masked && !p.mask.tile_fully_visible(i0, i0 + q_rows, j0, j1)) {
@@ -114,7 +114,7 @@ void forward_query_tile(const detail::ForwardArgs& a, std::int64_t b, std::int64
       }
     }
     // O[r][:] += sum_c P~t[c][r] V[c][:]: P~ read column-major from the key-major tile.
-    tile_gemm<ALayout::col_major>(q_rows, D, kv_rows, st, kQueryTile, s.v.get(), D, s.o.get(), D,
+    tile_gemm<ALayout::col_major>(q_rows, D, kv_rows, st, kQueryTile, v.ptr, v.ld, s.o.get(), D,
                                   true);
   }
   finalize_and_store(a, b, h, i0, q_rows, s);

@@ -1,0 +1,287 @@
+// The tiled FlashAttention-2 backward on the CPU: deterministic, no floating-point atomics.
+//
+//   step 0  D_i = rowsum(dO_i * O_i) for every query row (stored in the workspace)
+//   pass 1  one task per (batch, kv head, key tile j): dK_j and dV_j accumulate in per-thread
+//           scratch while the task walks every query head of its group and every query tile i;
+//           each element of dK/dV is therefore summed by one thread in a fixed order.
+//   pass 2  one task per (batch, query head, query tile i): dQ_i accumulates while the task
+//           walks the key tiles.
+//
+// Both passes recompute P = exp(S - lse) and dS = P * (dP~ - D) for their tile pairs (pass 2
+// repeats S and dP: 7 tile products per pair instead of 5). That is the price of determinism
+// without a dQ accumulator of size Nq x D per key tile; in exchange every pass parallelises over
+// batch x heads x tiles and needs only O(tile) memory per thread.
+//
+// Tile orientation is chosen per pass so that nothing is transposed in an inner loop:
+//   pass 1 (key tile fixed): K_j^T and V_j^T are transposed once per task; per query tile the
+//     query-major S = Q K_j^T and dP = dO V_j^T have keys along the lanes, and
+//     dV += P~^T dO, dK += dS^T Q read P~ and dS column-wise (A col-major) with Q, dO as stored.
+//   pass 2 (query tile fixed): Q_i^T and dO_i^T are transposed once per task; per key tile the
+//     key-major S^T = K Q_i^T, dP^T = V dO_i^T have queries along the lanes, and
+//     dQ += dS K reads dS^T column-wise with K as stored.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu_backend.hpp"
+#include "tile_config.hpp"
+#include "tile_dropout.hpp"
+#include "tile_gemm.hpp"
+#include "tile_io.hpp"
+#include "tile_scratch.hpp"
+#include "tile_softmax.hpp"
+
+namespace flashpp::cpu {
+namespace {
+
+// ---- step 0: D = rowsum(dO * O) ------------------------------------------------------------------
+
+// d_rows[(b * Hq + h) * Nq + i] = sum_d dO[b,i,h,d] * O[b,i,h,d]
+void compute_output_dot(const detail::BackwardArgs& a, float* d_rows) {
+  const detail::Problem& p = a.problem;
+  const std::int64_t rows = p.B * p.Hq * p.Nq;
+#pragma omp parallel
+  {
+    std::vector<float> o(static_cast<std::size_t>(p.D)), dout(static_cast<std::size_t>(p.D));
+#pragma omp for schedule(static)
+    for (std::int64_t x = 0; x < rows; ++x) {
+      const std::int64_t i = x % p.Nq, bh = x / p.Nq, h = bh % p.Hq, b = bh / p.Hq;
+      convert_to_f32(element_ptr(a.o, detail::offset4(a.o, b, i, h, 0)), a.o.dtype, p.D, o.data());
+      convert_to_f32(element_ptr(a.dout, detail::offset4(a.dout, b, i, h, 0)), a.dout.dtype, p.D,
+                     dout.data());
+      float sum = 0.0f;
+      for (std::int64_t d = 0; d < p.D; ++d) sum += o[d] * dout[d];
+      d_rows[x] = sum;
+    }
+  }
+}
+
+// lse of rows i0 .. i0+rows-1 as exp(S - lse) wants it (see backward_lse_for_exp); lanes
+// beyond `rows` get 0 so that padding lanes stay finite.
+void load_lse(const detail::BackwardArgs& a, std::int64_t b, std::int64_t h, std::int64_t i0,
+              std::int64_t rows, std::int64_t padded, float* out) {
+  const float* lse = static_cast<const float*>(a.lse.data);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    out[r] = backward_lse_for_exp(lse[detail::offset3(a.lse, b, h, i0 + r)]);
+  }
+  for (std::int64_t r = rows; r < padded; ++r) out[r] = 0.0f;
+}
+
+void load_output_dot(const float* d_rows, const detail::Problem& p, std::int64_t b,
+                     std::int64_t h, std::int64_t i0, std::int64_t rows, std::int64_t padded,
+                     float* out) {
+  const float* src = d_rows + (b * p.Hq + h) * p.Nq + i0;
+  for (std::int64_t r = 0; r < rows; ++r) out[r] = src[r];
+  for (std::int64_t r = rows; r < padded; ++r) out[r] = 0.0f;
+}
+
+// ---- the shared middle of both passes ------------------------------------------------------------
+
+// Tiles of one (query tile, key tile) pair in one orientation: `rows` x `lanes`, leading
+// dimension ld. s holds the (capped, masked) scores and is kept for the softcap derivative;
+// p the probabilities P; p_drop (null when not wanted) receives P~ = P z with dropout on
+// (without dropout P~ = P and callers read p); dp becomes dS; z holds the dropout factors.
+struct PairTiles {
+  float* s;
+  float* p;
+  float* p_drop;
+  float* dp;
+  float* z;
+};
+
+// From scores and dP already computed: P, P~ and dS for a tile whose per-query statistics
+// are per row (query-major) or per lane (key-major).
+void probabilities_and_score_gradient(const detail::Problem& p, PairTiles& t, std::int64_t ld,
+                                      std::int64_t rows, std::int64_t lanes, bool query_major,
+                                      const float* lse, const float* d_rows) {
+  const bool dropout = p.dropout.enabled();
+  const bool capped = p.softcap > 0.0f;
+  const float inv_cap = capped ? 1.0f / p.softcap : 0.0f;
+  for (std::int64_t x = 0; x < rows; ++x) {
+    const QueryStat lse_stat{query_major ? lse + x : lse, !query_major};
+    const QueryStat d_stat{query_major ? d_rows + x : d_rows, !query_major};
+    float* s = t.s + x * ld;
+    float* prob = t.p + x * ld;
+    probabilities_row(s, prob, lanes, lse_stat);
+    const float* z = dropout ? t.z + x * ld : nullptr;
+    if (dropout && t.p_drop != nullptr) multiply_row(prob, z, t.p_drop + x * ld, lanes);
+    score_gradient_row(prob, t.dp + x * ld, z, capped ? s : nullptr, inv_cap, lanes, d_stat);
+  }
+}
+
+// ---- pass 1: dK, dV per key tile -----------------------------------------------------------------
+
+struct KeyTileScratch {
+  KeyTileScratch(std::int64_t D)
+      : k_t(D * kBwdKeyTile), v_t(D * kBwdKeyTile), q(kBwdQueryTile * D), dout(kBwdQueryTile * D),
+        s(kBwdQueryTile * kBwdKeyTile), p(kBwdQueryTile * kBwdKeyTile),
+        p_drop(kBwdQueryTile * kBwdKeyTile), dp(kBwdQueryTile * kBwdKeyTile),
+        z(kBwdQueryTile * kBwdKeyTile), dk(kBwdKeyTile * D), dv(kBwdKeyTile * D),
+        lse(kBwdQueryTile), d_rows(kBwdQueryTile), row(D) {}
+  ScratchTile k_t, v_t;          // [D][kBwdKeyTile]
+  ScratchTile q, dout;           // [kBwdQueryTile][D] (f16 / bf16 conversions)
+  ScratchTile s, p, p_drop, dp, z;  // [kBwdQueryTile][kBwdKeyTile] query-major
+  ScratchTile dk, dv;            // [kBwdKeyTile][D] accumulators
+  ScratchTile lse, d_rows;
+  ScratchTile row;
+};
+
+void backward_key_tile(const detail::BackwardArgs& a, const float* d_rows, std::int64_t b,
+                       std::int64_t hk, std::int64_t j0, KeyTileScratch& w) {
+  const detail::Problem& p = a.problem;
+  const std::int64_t D = p.D;
+  const std::int64_t kv_rows = std::min(kBwdKeyTile, p.Nk - j0);
+  const std::int64_t kv_cols = round_up(kv_rows, 16);
+  const std::int64_t ld = kBwdKeyTile;
+  // The scale folds into K^T (it is used only for S): S = Q (scale K)^T.
+  load_tile_transposed(a.k, b, j0, kv_rows, hk, D, w.k_t.get(), ld, kv_cols, w.row.get(),
+                       p.scale);
+  load_tile_transposed(a.v, b, j0, kv_rows, hk, D, w.v_t.get(), ld, kv_cols, w.row.get());
+  std::fill(w.dk.get(), w.dk.get() + kv_rows * D, 0.0f);
+  std::fill(w.dv.get(), w.dv.get() + kv_rows * D, 0.0f);
+
+  const bool masked = p.mask.active();
+  const bool dropout = p.dropout.enabled();
+  PairTiles t{w.s.get(), w.p.get(), w.p_drop.get(), w.dp.get(), w.z.get()};
+  const float* p_tilde = dropout ? t.p_drop : t.p;
+  const std::int64_t hpk = p.heads_per_kv();
+  for (std::int64_t h = hk * hpk; h < (hk + 1) * hpk; ++h) {
+    const auto bh = static_cast<std::uint32_t>(b * p.Hq + h);
+    for (std::int64_t i0 = 0; i0 < p.Nq; i0 += kBwdQueryTile) {
+      const std::int64_t q_rows = std::min(kBwdQueryTile, p.Nq - i0);
+      if (masked && p.mask.tile_fully_hidden(i0, i0 + q_rows, j0, j0 + kv_rows)) continue;
+      const RowsView q = view_tile_rows(a.q, b, i0, q_rows, h, D, w.q.get());
+      const RowsView dout = view_tile_rows(a.dout, b, i0, q_rows, h, D, w.dout.get());
+      load_lse(a, b, h, i0, q_rows, q_rows, w.lse.get());
+      load_output_dot(d_rows, p, b, h, i0, q_rows, q_rows, w.d_rows.get());
+
+      // S = Q (scale K)^T (then softcap, mask), dP = dO V^T: query-major, keys along the lanes.
+      tile_gemm<ALayout::row_major>(q_rows, kv_cols, D, q.ptr, q.ld, w.k_t.get(), ld, t.s, ld, false);
+      if (p.softcap > 0.0f) apply_softcap(t.s, ld, q_rows, kv_cols, p.softcap);
+      if (masked && !p.mask.tile_fully_visible(i0, i0 + q_rows, j0, j0 + kv_rows)) {
+        apply_tile_mask_query_major(t.s, ld, q_rows, kv_cols, i0, j0, p.mask);
+      }
+      tile_gemm<ALayout::row_major>(q_rows, kv_cols, D, dout.ptr, dout.ld, w.v_t.get(), ld, t.dp,
+                                    ld, false);
+      if (dropout) dropout_factors_query_major(t.z, ld, q_rows, kv_rows, i0, j0, bh, p.dropout);
+      probabilities_and_score_gradient(p, t, ld, q_rows, kv_cols, true, w.lse.get(),
+                                       w.d_rows.get());
+
+      // dV[c][:] += sum_r P~[r][c] dO[r][:];  dK[c][:] += sum_r dS[r][c] Q[r][:] (scale later)
+      tile_gemm<ALayout::col_major>(kv_rows, D, q_rows, p_tilde, ld, dout.ptr, dout.ld,
+                                    w.dv.get(), D, true);
+      tile_gemm<ALayout::col_major>(kv_rows, D, q_rows, t.dp, ld, q.ptr, q.ld, w.dk.get(), D,
+                                    true);
+    }
+  }
+  store_tile_rows(w.dk.get(), D, a.dk, b, j0, kv_rows, hk, D, p.scale);
+  store_tile_rows(w.dv.get(), D, a.dv, b, j0, kv_rows, hk, D);
+}
+
+// ---- pass 2: dQ per query tile -------------------------------------------------------------------
+
+struct QueryTileScratch {
+  QueryTileScratch(std::int64_t D)
+      : q_t(D * kQueryTile), dout_t(D * kQueryTile), k(kKeyTile * D), v(kKeyTile * D),
+        s(kKeyTile * kQueryTile), p(kKeyTile * kQueryTile), dp(kKeyTile * kQueryTile),
+        z(kKeyTile * kQueryTile), dq(kQueryTile * D), lse(kQueryTile), d_rows(kQueryTile),
+        row(D) {}
+  ScratchTile q_t, dout_t;    // [D][kQueryTile]
+  ScratchTile k, v;           // [kKeyTile][D] (f16 / bf16 conversions)
+  ScratchTile s, p, dp, z;    // [kKeyTile][kQueryTile] key-major
+  ScratchTile dq;             // [kQueryTile][D] accumulator
+  ScratchTile lse, d_rows;
+  ScratchTile row;
+};
+
+void backward_query_tile(const detail::BackwardArgs& a, const float* d_rows, std::int64_t b,
+                         std::int64_t h, std::int64_t i0, QueryTileScratch& w) {
+  const detail::Problem& p = a.problem;
+  const std::int64_t D = p.D;
+  const std::int64_t hk = h / p.heads_per_kv();
+  const std::int64_t q_rows = std::min(kQueryTile, p.Nq - i0);
+  const std::int64_t q_cols = round_up(q_rows, 16);
+  const std::int64_t ld = kQueryTile;
+  const auto bh = static_cast<std::uint32_t>(b * p.Hq + h);
+  load_tile_transposed(a.q, b, i0, q_rows, h, D, w.q_t.get(), ld, q_cols, w.row.get(), p.scale);
+  load_tile_transposed(a.dout, b, i0, q_rows, h, D, w.dout_t.get(), ld, q_cols, w.row.get());
+  load_lse(a, b, h, i0, q_rows, q_cols, w.lse.get());
+  load_output_dot(d_rows, p, b, h, i0, q_rows, q_cols, w.d_rows.get());
+  std::fill(w.dq.get(), w.dq.get() + q_rows * D, 0.0f);
+
+  const bool masked = p.mask.active();
+  const bool dropout = p.dropout.enabled();
+  // P~ is only needed for dV, which pass 1 computes: no p_drop here.
+  PairTiles t{w.s.get(), w.p.get(), nullptr, w.dp.get(), w.z.get()};
+  for (std::int64_t j0 = 0; j0 < p.Nk; j0 += kKeyTile) {
+    const std::int64_t j1 = std::min(j0 + kKeyTile, p.Nk);
+    if (masked && p.mask.tile_fully_hidden(i0, i0 + q_rows, j0, j1)) continue;
+    const std::int64_t kv_rows = j1 - j0;
+    const RowsView k = view_tile_rows(a.k, b, j0, kv_rows, hk, D, w.k.get());
+    const RowsView v = view_tile_rows(a.v, b, j0, kv_rows, hk, D, w.v.get());
+
+    // S^T = K (scale Q)^T (then softcap, mask), dP^T = V dO^T: key-major, queries along lanes.
+    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, k.ptr, k.ld, w.q_t.get(), ld, t.s, ld, false);
+    if (p.softcap > 0.0f) apply_softcap(t.s, ld, kv_rows, q_cols, p.softcap);
+    if (masked && !p.mask.tile_fully_visible(i0, i0 + q_rows, j0, j1)) {
+      apply_tile_mask_key_major(t.s, ld, kv_rows, q_cols, i0, j0, p.mask);
+    }
+    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, v.ptr, v.ld, w.dout_t.get(), ld, t.dp, ld,
+                                  false);
+    if (dropout) dropout_factors_key_major(t.z, ld, kv_rows, q_rows, i0, j0, bh, p.dropout);
+    probabilities_and_score_gradient(p, t, ld, kv_rows, q_cols, false, w.lse.get(),
+                                     w.d_rows.get());
+
+    // dQ[r][:] += sum_c dS^T[c][r] K[c][:]  (scale later)
+    tile_gemm<ALayout::col_major>(q_rows, D, kv_rows, t.dp, ld, k.ptr, k.ld, w.dq.get(), D, true);
+  }
+  store_tile_rows(w.dq.get(), D, a.dq, b, i0, q_rows, h, D, p.scale);
+}
+
+}  // namespace
+
+std::size_t backward_workspace_size(const detail::Problem& p) {
+  return static_cast<std::size_t>(p.B * p.Hq * p.Nq) * sizeof(float);
+}
+
+void flash_backward(const detail::BackwardArgs& a) {
+  const detail::Problem& p = a.problem;
+  if (p.B == 0 || p.Hq == 0) return;
+
+  // Step 0: D into the caller's workspace, or into our own when none (or too little) is given.
+  std::vector<float> own;
+  float* d_rows = static_cast<float*>(a.workspace.data);
+  if (d_rows == nullptr || a.workspace.bytes < backward_workspace_size(p)) {
+    own.resize(static_cast<std::size_t>(p.B * p.Hq * p.Nq));
+    d_rows = own.data();
+  }
+  compute_output_dot(a, d_rows);
+
+  // Pass 1: dK, dV. With Nq == 0 every task still runs and writes zeros.
+  const std::int64_t k_tiles = (p.Nk + kBwdKeyTile - 1) / kBwdKeyTile;
+  const std::int64_t k_tasks = p.B * p.Hkv * k_tiles;
+  // Pass 2: dQ. With Nk == 0 every task writes zeros.
+  const std::int64_t q_tiles = (p.Nq + kQueryTile - 1) / kQueryTile;
+  const std::int64_t q_tasks = p.B * p.Hq * q_tiles;
+#pragma omp parallel
+  {
+    {
+      KeyTileScratch scratch(p.D);
+#pragma omp for schedule(dynamic, 1)
+      for (std::int64_t t = 0; t < k_tasks; ++t) {
+        const std::int64_t tile = t % k_tiles, bhk = t / k_tiles;
+        backward_key_tile(a, d_rows, bhk / p.Hkv, bhk % p.Hkv, tile * kBwdKeyTile, scratch);
+      }
+    }
+    {
+      QueryTileScratch scratch(p.D);
+#pragma omp for schedule(dynamic, 1)
+      for (std::int64_t t = 0; t < q_tasks; ++t) {
+        const std::int64_t tile = t % q_tiles, bh = t / q_tiles;
+        backward_query_tile(a, d_rows, bh / p.Hq, bh % p.Hq, tile * kQueryTile, scratch);
+      }
+    }
+  }
+}
+
+}  // namespace flashpp::cpu
