@@ -62,6 +62,15 @@ TensorView make_view(const Array& a, const char* name, const ViewRules& rules) {
     t.sizes[i] = static_cast<std::int64_t>(a.shape(i));
     t.strides[i] = a.stride(i);
   }
+  // An empty tensor addresses nothing, and exporters give it arbitrary strides (numpy: all 0):
+  // describe it as contiguous so the stride rules (last stride 1) hold trivially.
+  if (a.size() == 0) {
+    std::int64_t stride = 1;
+    for (int i = t.rank - 1; i >= 0; --i) {
+      t.strides[i] = stride;
+      stride *= t.sizes[i] > 0 ? t.sizes[i] : 1;
+    }
+  }
   return t;
 }
 
