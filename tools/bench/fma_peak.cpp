@@ -82,17 +82,21 @@ double timed_run(long iterations, int threads, float* sink) {
 FmaPeak measure_fma_peak(int threads, double seconds) {
   if (threads <= 0) threads = omp_get_max_threads();
   float sink = 0;
-  // Calibrate on a short run (also wakes the threads and the wide-vector units), then run
-  // long enough to be steady; the best of three rejects a noisy neighbour's interruption.
-  long iterations = 1 << 16;
+  // Calibrate to runs of about 20 ms (the first runs also wake the threads and the wide-vector
+  // units), then repeat them for `seconds` and keep the fastest: on a shared machine a short
+  // run is the likeliest to find every core free, and the peak is what the cores can do.
+  long iterations = 1 << 12;
   double t = timed_run(iterations, threads, &sink);
   while (t < 0.02) {
-    iterations *= 4;
+    iterations *= 2;
     t = timed_run(iterations, threads, &sink);
   }
-  iterations = long(double(iterations) * (seconds / 3) / t) + 1;
-  double best = 1e30;
-  for (int r = 0; r < 3; ++r) best = std::min(best, timed_run(iterations, threads, &sink));
+  double best = t, spent = 0;
+  while (spent < seconds) {
+    const double run = timed_run(iterations, threads, &sink);
+    best = std::min(best, run);
+    spent += run;
+  }
 
   FmaPeak peak;
   peak.threads = threads;

@@ -14,7 +14,7 @@ struct FmaPeak {
   std::string isa;      // "AVX-512", "AVX2", "scalar"
 };
 
-// Runs about `seconds` of FMAs on `threads` OpenMP threads (0: all).
-FmaPeak measure_fma_peak(int threads, double seconds = 0.5);
+// Runs about `seconds` of FMAs (in short runs, the fastest counts) on `threads` OpenMP threads (0: all).
+FmaPeak measure_fma_peak(int threads, double seconds = 1.0);
 
 }  // namespace flashpp::bench

@@ -1,6 +1,10 @@
 #include "host_memory.hpp"
 
 #include <fstream>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <sstream>
 #include <string>
 
@@ -24,6 +28,11 @@ std::int64_t status_field_bytes(const char* field) {
 }  // namespace
 
 bool reset_peak_rss() {
+#if defined(__GLIBC__)
+  // Memory freed earlier (by previous cases) stays resident in malloc's free lists, and a call
+  // reusing it would not grow the RSS: hand it back to the kernel first.
+  malloc_trim(0);
+#endif
   std::ofstream clear_refs("/proc/self/clear_refs");
   if (!clear_refs) return false;
   clear_refs << "5";

@@ -2,10 +2,14 @@
 
 #include <cstdio>
 
+#include <unistd.h>
+
 namespace flashpp::bench {
 
 ProgressTicker::ProgressTicker(std::string label)
-    : label_(std::move(label)), start_(std::chrono::steady_clock::now()) {
+    : label_(std::move(label)),
+      interactive_(isatty(fileno(stderr)) != 0),
+      start_(std::chrono::steady_clock::now()) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -31,10 +35,15 @@ void ProgressTicker::run() {
   while (!wake_.wait_until(lock, next, [this] { return stop_; })) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    // One line rewritten in place (\r): a terminal shows a counter, a log shows the history.
-    std::fprintf(stderr, "\r  %s: %s ... %.0f s", label_.c_str(), stage_.c_str(), seconds);
+    // A terminal gets one line rewritten in place every tick; a log gets a line every 5th
+    // tick (10 s), so that it shows progress without filling up.
+    if (interactive_) {
+      std::fprintf(stderr, "\r  %s: %s ... %.0f s ", label_.c_str(), stage_.c_str(), seconds);
+      printed_ = true;
+    } else if (++ticks_ % 5 == 0) {
+      std::fprintf(stderr, "  %s: %s ... %.0f s\n", label_.c_str(), stage_.c_str(), seconds);
+    }
     std::fflush(stderr);
-    printed_ = true;
     next += period;
   }
 }

@@ -1,5 +1,5 @@
 // Shows that a long case is still running: while alive, prints the elapsed time to stderr every
-// 2 seconds (nothing at all for a case that finishes sooner).
+// 2 seconds on a terminal, every 10 s into a log (nothing for a case that finishes sooner).
 #pragma once
 
 #include <chrono>
@@ -25,8 +25,10 @@ class ProgressTicker {
 
   std::string label_;
   std::string stage_;
+  bool interactive_ = false;  // stderr is a terminal
   bool stop_ = false;
-  bool printed_ = false;
+  bool printed_ = false;      // a line was left open (terminal)
+  int ticks_ = 0;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::chrono::steady_clock::time_point start_;
