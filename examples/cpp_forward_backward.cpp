@@ -3,10 +3,9 @@
 // of them (pointer, dtype, device, sizes, strides).
 #include <cmath>
 #include <cstdio>
+#include <flashpp/flashpp.hpp>
 #include <random>
 #include <vector>
-
-#include <flashpp/flashpp.hpp>
 
 int main() {
   // 8 query heads share 2 key/value heads: query head h reads kv head h / 4.
@@ -47,7 +46,8 @@ int main() {
     // one scaled score.
     std::printf("o[b=0, i=0, h=5, :4]  = %.4f %.4f %.4f %.4f\n", o[5 * D], o[5 * D + 1],
                 o[5 * D + 2], o[5 * D + 3]);
-    std::printf("v[b=0, j=0, kv=1, :4] = %.4f %.4f %.4f %.4f\n", v[D], v[D + 1], v[D + 2], v[D + 3]);
+    std::printf("v[b=0, j=0, kv=1, :4] = %.4f %.4f %.4f %.4f\n", v[D], v[D + 1], v[D + 2],
+                v[D + 3]);
 
     // Each row of P sums to 1, so sum(o) = sum over rows of P v; its gradient with respect
     // to v sums to (rows x heads) per feature.

@@ -31,8 +31,8 @@ Shape (any of these runs one case; values are integers >= 1 unless noted):
 
 Run:
   --device auto|cpu|cuda   (default auto: CUDA when available, else CPU)
-  --reps N       timed repetitions, the median is reported (default: 10 on CUDA; on CPU as
-                 many as fit in about 2 s per case, at most 5)
+  --reps N       timed repetitions, the median is reported (default: 10 on CUDA; on CPU 3
+                 to 5, as many as fit in about 2 s, 1 when a call takes over 5 s)
   --warmup N     untimed calls first (default: 3 on CUDA, 1 on CPU)
   --threads N    OpenMP threads for the CPU backend (default: all cores)
   --check / --no-check   compare a slice of every result with the float64 reference (default on)

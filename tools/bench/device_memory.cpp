@@ -148,9 +148,9 @@ void CudaEventTimer::stop() {
 double CudaEventTimer::milliseconds() {
   check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)), "cudaEventSynchronize");
   float ms = 0;
-  check_cuda(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_),
-                                  static_cast<cudaEvent_t>(stop_)),
-             "cudaEventElapsedTime");
+  check_cuda(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)),
+      "cudaEventElapsedTime");
   return ms;
 }
 #else

@@ -24,9 +24,9 @@ class Buffer {
   std::size_t bytes() const { return bytes_; }
   const Device& device() const { return device_; }
 
-  void upload(const void* host);                  // host -> this buffer (all bytes)
-  std::vector<std::byte> download() const;        // this buffer -> host
-  void fill_zero();                               // also touches every page (CPU)
+  void upload(const void* host);            // host -> this buffer (all bytes)
+  std::vector<std::byte> download() const;  // this buffer -> host
+  void fill_zero();                         // also touches every page (CPU)
 
  private:
   void release() noexcept;
@@ -38,7 +38,7 @@ class Buffer {
 // CUDA helpers; each throws std::runtime_error naming the failing call.
 void cuda_set_device(int index);
 void cuda_synchronize();
-std::size_t cuda_free_bytes();   // cudaMemGetInfo's free
+std::size_t cuda_free_bytes();  // cudaMemGetInfo's free
 std::string cuda_device_name(int index);
 
 // Times calls on the default stream with CUDA events: start() before the work, stop() after,

@@ -1,9 +1,9 @@
 #include "fma_peak.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
-
-#include <omp.h>
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>

@@ -1,14 +1,14 @@
 // flashpp-bench: times flashpp's forward and backward on the CPU or a CUDA device, prints FLOP
 // rates by BENCHMARKING.md's convention, extra memory, and a check of every result against the
 // float64 reference. `flashpp-bench --help` lists the options.
+#include <omp.h>
+
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <stdexcept>
 #include <string>
-
-#include <omp.h>
 
 #include "cli.hpp"
 #include "device_memory.hpp"
@@ -57,8 +57,8 @@ std::string case_label(const fb::Case& c) {
   char text[160];
   std::snprintf(text, sizeof text, "%s %s B=%lld Hq=%lld Hkv=%lld Nq=%lld Nk=%lld D=%lld%s %s",
                 flashpp::to_string(c.dtype), fb::to_string(c.layout), (long long)c.B,
-                (long long)c.Hq, (long long)c.Hkv, (long long)c.Nq, (long long)c.Nk,
-                (long long)c.D, c.causal ? " causal" : "", fb::to_string(c.mode));
+                (long long)c.Hq, (long long)c.Hkv, (long long)c.Nq, (long long)c.Nk, (long long)c.D,
+                c.causal ? " causal" : "", fb::to_string(c.mode));
   return text;
 }
 

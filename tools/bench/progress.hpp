@@ -27,7 +27,7 @@ class ProgressTicker {
   std::string stage_;
   bool interactive_ = false;  // stderr is a terminal
   bool stop_ = false;
-  bool printed_ = false;      // a line was left open (terminal)
+  bool printed_ = false;  // a line was left open (terminal)
   int ticks_ = 0;
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -12,11 +12,13 @@
 namespace flashpp::bench {
 namespace {
 
-// CPU: the first call is warm-up; then up to 5 timed calls, fewer when a call is long, so that
-// a case takes about 2 s (the reference-speed placeholder and big shapes still finish).
+// CPU: the first call is warm-up; then 3 to 5 timed calls, as many as fit in about 2 s (only
+// one when a call takes over 5 s), so that the standard grid stays near a minute on 2 cores.
 constexpr int kCpuDefaultWarmup = 1;
+constexpr int kCpuMinRepetitions = 3;
 constexpr int kCpuMaxRepetitions = 5;
 constexpr double kCpuTimedBudgetMs = 2000;
+constexpr double kCpuLongCallMs = 5000;
 // CUDA: several warm-up calls (clocks ramp, lazy module loading), then 10 timed calls.
 constexpr int kCudaDefaultWarmup = 3;
 constexpr int kCudaDefaultRepetitions = 10;
@@ -63,9 +65,13 @@ std::vector<double> time_calls(const RunSettings& s, Call&& call) {
     } else if (cuda) {
       if (int(times.size()) == kCudaDefaultRepetitions) break;
     } else if (!times.empty()) {
-      // Stop at the cap, or when one more call would overrun the budget.
+      // Stop at the cap, or when one more call would overrun the budget (and the minimum is
+      // reached, or calls are so long that one must do).
       const double next = total / double(times.size());
-      if (int(times.size()) == kCpuMaxRepetitions || total + next > kCpuTimedBudgetMs) break;
+      const int count = int(times.size());
+      const bool minimum_reached = count >= kCpuMinRepetitions || next > kCpuLongCallMs;
+      if (count == kCpuMaxRepetitions || (minimum_reached && total + next > kCpuTimedBudgetMs))
+        break;
     }
     const double ms = time_one(s.device, call, rep++);
     times.push_back(ms);
@@ -155,7 +161,8 @@ std::vector<Measurement> run_case(const Case& c, const RunSettings& settings,
   const HostInputs host_inputs = random_inputs(c, 1);  // set 0: kept for the check
   std::vector<AttentionTensors> tensors;
   tensors.push_back(place_tensors(c, device, host_inputs));
-  for (int s = 1; s < sets; ++s) tensors.push_back(place_tensors(c, device, random_inputs(c, 1 + s)));
+  for (int s = 1; s < sets; ++s)
+    tensors.push_back(place_tensors(c, device, random_inputs(c, 1 + s)));
 
   std::vector<Measurement> results;
   if (want_forward) {

@@ -25,14 +25,14 @@ struct Measurement {
   Case shape;
   Mode direction = Mode::forward;  // forward or backward
   int repetitions = 0;
-  int input_sets = 1;              // input sets rotated through (CUDA, small shapes)
+  int input_sets = 1;  // input sets rotated through (CUDA, small shapes)
   double median_ms = 0, min_ms = 0;
   double flops = 0;
-  bool exact_pairs = false;        // FLOPs from exactly counted visible pairs
+  bool exact_pairs = false;  // FLOPs from exactly counted visible pairs
   std::size_t workspace_bytes = 0;
-  std::int64_t extra_bytes = -1;   // -1: unavailable
+  std::int64_t extra_bytes = -1;  // -1: unavailable
   CheckResult check;
-  std::string error;               // set when the case could not run (the flashpp message)
+  std::string error;  // set when the case could not run (the flashpp message)
 
   double flops_per_second() const { return median_ms > 0 ? flops / (median_ms * 1e-3) : 0; }
 };

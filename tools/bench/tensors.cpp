@@ -31,10 +31,18 @@ std::vector<std::byte> random_normal(DType dtype, std::int64_t count, std::uint6
   for (std::int64_t i = 0; i < count; ++i) {
     const float x = normal_at(seed, std::uint64_t(i));
     switch (dtype) {
-      case DType::f32: static_cast<float*>(data)[i] = x; break;
-      case DType::f64: static_cast<double*>(data)[i] = x; break;
-      case DType::f16: static_cast<std::uint16_t*>(data)[i] = detail::float_to_half(x); break;
-      case DType::bf16: static_cast<std::uint16_t*>(data)[i] = detail::float_to_bf16(x); break;
+      case DType::f32:
+        static_cast<float*>(data)[i] = x;
+        break;
+      case DType::f64:
+        static_cast<double*>(data)[i] = x;
+        break;
+      case DType::f16:
+        static_cast<std::uint16_t*>(data)[i] = detail::float_to_half(x);
+        break;
+      case DType::bf16:
+        static_cast<std::uint16_t*>(data)[i] = detail::float_to_bf16(x);
+        break;
     }
   }
   return out;
@@ -59,8 +67,8 @@ TensorView view_of(const Case& c, void* data, DType dtype, std::int64_t N, std::
 }
 
 std::size_t AttentionTensors::bytes() const {
-  return q.bytes() + k.bytes() + v.bytes() + o.bytes() + lse.bytes() + dout.bytes() +
-         dq.bytes() + dk.bytes() + dv.bytes();
+  return q.bytes() + k.bytes() + v.bytes() + o.bytes() + lse.bytes() + dout.bytes() + dq.bytes() +
+         dk.bytes() + dv.bytes();
 }
 
 AttentionTensors place_tensors(const Case& c, Device device, const HostInputs& inputs) {

@@ -47,7 +47,7 @@ std::vector<Case> cpu_grid() {
   return {
       make_case(1, 8, 8, 1024, 64, false, DType::f32, Mode::both),
       make_case(1, 8, 8, 1024, 64, true, DType::f32, Mode::both),
-      make_case(1, 8, 2, 1024, 128, true, DType::bf16, Mode::both),
+      make_case(1, 8, 2, 1024, 64, true, DType::bf16, Mode::both),
       make_case(1, 8, 8, 2048, 128, false, DType::f16, Mode::forward),
       make_case(1, 8, 8, 4096, 128, false, DType::f32, Mode::forward),
   };

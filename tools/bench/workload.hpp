@@ -8,8 +8,8 @@
 namespace flashpp::bench {
 
 struct FlopCount {
-  double forward = 0;   // 4 * B * Hq * (visible pairs) * D
-  double backward = 0;  // 2.5 x forward
+  double forward = 0;        // 4 * B * Hq * (visible pairs) * D
+  double backward = 0;       // 2.5 x forward
   bool exact_pairs = false;  // true: causal with Nq != Nk, visible pairs counted one by one
 };
 
