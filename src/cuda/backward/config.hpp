@@ -1,0 +1,74 @@
+// Tile shapes of the backward kernels per head dim, and the layout of the float32 workspace.
+// Host and device code both include this (plain constexpr data).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace flashpp::cuda::bwd {
+
+// The head dims that have kernel instantiations; any other multiple of 8 up to 256 runs on the
+// next one up, with the extra columns zero-filled in shared memory and never stored.
+inline constexpr int kInstantiatedHeadDims[] = {32, 64, 96, 128, 192, 256};
+
+constexpr int kernel_head_dim(std::int64_t d) {
+  for (int h : kInstantiatedHeadDims) {
+    if (d <= h) return h;
+  }
+  return 0;  // unsupported
+}
+
+// Main kernel (one block per key tile): kKeyRows keys stay in shared memory while the block
+// walks query tiles of kQueryRows rows, two stages deep. Every warp owns 16 keys in the S^T and
+// dK/dV products, so kKeyRows / 16 warp rows; the rest of the warps split columns.
+// Shared memory: K, V (2 * kKeyRows * D), Q, dO (2 stages * 2 * kQueryRows * D), P, dS
+// (2 * kKeyRows * kQueryRows), all 16-bit; it must stay under 163 KB (A100's per-block limit).
+template <int kHeadDim>
+struct MainTile {
+  static constexpr int kKeyRows = kHeadDim <= 128 ? 128 : 64;
+  static constexpr int kQueryRows = kHeadDim <= 192 ? 64 : 32;
+  static constexpr int kWarps = 8;
+};
+
+// Deterministic dQ kernel (one block per query tile): every warp owns 16 query rows and keeps its
+// dQ rows in registers while K/V tiles stream through shared memory two stages deep.
+template <int kHeadDim>
+struct DqTile {
+  static constexpr int kWarps = 4;
+  static constexpr int kQueryRows = 16 * kWarps;
+  static constexpr int kKeyRows = kHeadDim <= 128 ? 64 : 32;
+};
+
+// Rows of the per-(batch, head) workspace vectors are padded to a multiple of this, so kernels
+// read whole query tiles without bounds checks (padding rows hold values that contribute 0).
+inline constexpr std::int64_t kRowPadding = 128;
+
+struct WorkspaceLayout {
+  std::int64_t rows_padded = 0;
+  int accum_width = 0;          // columns of dq_accum (the kernel head dim)
+  std::size_t delta_offset = 0, lse_offset = 0, dq_accum_offset = 0;  // bytes
+  std::size_t total_bytes = 0;
+};
+
+constexpr std::size_t align_up(std::size_t bytes, std::size_t alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
+// delta and lse_log2 always; dq_accum only when dQ is accumulated with atomics (the
+// deterministic mode computes dQ in its own kernel and needs no accumulator).
+constexpr WorkspaceLayout workspace_layout(std::int64_t batch, std::int64_t q_heads,
+                                           std::int64_t q_len, std::int64_t head_dim,
+                                           bool deterministic) {
+  WorkspaceLayout w;
+  w.rows_padded = (q_len + kRowPadding - 1) / kRowPadding * kRowPadding;
+  w.accum_width = kernel_head_dim(head_dim);
+  const auto rows = static_cast<std::size_t>(batch * q_heads * w.rows_padded);
+  w.delta_offset = 0;
+  w.lse_offset = align_up(rows * sizeof(float), 256);
+  w.dq_accum_offset = w.lse_offset + align_up(rows * sizeof(float), 256);
+  w.total_bytes = w.dq_accum_offset +
+                  (deterministic ? 0 : rows * static_cast<std::size_t>(w.accum_width) * sizeof(float));
+  return w;
+}
+
+}  // namespace flashpp::cuda::bwd

@@ -1,0 +1,43 @@
+// Definitions of the launchers declared in launch.hpp; included only by instances/*.cu.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/check_cuda.hpp"
+#include "dq_kernel.cuh"
+#include "launch.hpp"
+#include "main_kernel.cuh"
+
+namespace flashpp::cuda::bwd {
+
+template <typename Element, int kHeadDim>
+void launch_main(const BackwardParams& p, bool accumulate_dq, cudaStream_t stream) {
+  using Shape = MainKernelShape<Element, kHeadDim>;
+  const std::int64_t blocks =
+      (p.k_len + Shape::kKeyRows - 1) / Shape::kKeyRows * p.kv_heads * p.batch;
+  if (blocks == 0) return;
+  auto* kernel = &bwd_main_kernel<Element, kHeadDim>;
+  // Above 48 KB a block must opt in to more dynamic shared memory.
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  Shape::kSmemBytes),
+             "backward main kernel shared-memory opt-in");
+  kernel<<<static_cast<unsigned>(blocks), Shape::kThreads, Shape::kSmemBytes, stream>>>(
+      p, accumulate_dq);
+  check_launch("backward main kernel launch");
+}
+
+template <typename Element, int kHeadDim>
+void launch_dq(const BackwardParams& p, cudaStream_t stream) {
+  using Shape = DqKernelShape<Element, kHeadDim>;
+  const std::int64_t blocks =
+      (p.q_len + Shape::kQueryRows - 1) / Shape::kQueryRows * p.q_heads * p.batch;
+  if (blocks == 0) return;
+  auto* kernel = &bwd_dq_kernel<Element, kHeadDim>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  Shape::kSmemBytes),
+             "backward dq kernel shared-memory opt-in");
+  kernel<<<static_cast<unsigned>(blocks), Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+  check_launch("backward dq kernel launch");
+}
+
+}  // namespace flashpp::cuda::bwd

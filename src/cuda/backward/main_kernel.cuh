@@ -1,0 +1,323 @@
+// The backward's main kernel: one thread block per (key tile, batch, kv head).
+//
+// The block loads its K_j and V_j tile once and keeps it in shared memory, then walks every
+// (query head of the kv head's group, query tile) pair that can see the tile, two stages deep:
+//
+//   A. S^T = K_j Q_i^T,  dP^T = V_j dO_i^T          (each warp: 16 keys x some query columns)
+//   B. P~^T, dS^T element-wise (score_gradient.cuh), written to shared memory as 16-bit tiles
+//   C. dV_j += P~^T dO_i,  dK_j += dS^T Q_i          (each warp: 16 keys x some head columns,
+//                                                     accumulated in registers over the walk)
+//   D. dQ_i += dS K_j, added with float32 atomics into the workspace (skipped in deterministic
+//      mode, where bwd_dq_kernel computes dQ without atomics)
+//
+// Computing S transposed (keys as rows) puts each warp's 16 keys in the same rows for A and C, and
+// makes the P and dS tiles in shared memory exactly the A operands of C.
+//
+// GQA: the block loops over the Hq/Hkv query heads of its kv head itself, so dK and dV sum over
+// the group in registers, in a fixed order, with no extra memory and no second reduction pass.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/math.cuh"
+#include "../common/mma.cuh"
+#include "../common/swizzle.cuh"
+#include "../common/swizzled_fragments.cuh"
+#include "config.hpp"
+#include "params.hpp"
+#include "score_gradient.cuh"
+#include "tile_io.cuh"
+
+namespace flashpp::cuda::bwd {
+
+template <typename Element, int kHeadDim>
+struct MainKernelShape {
+  using Tile = MainTile<kHeadDim>;
+  static constexpr int kKeyRows = Tile::kKeyRows;
+  static constexpr int kQueryRows = Tile::kQueryRows;
+  static constexpr int kWarps = Tile::kWarps;
+  static constexpr int kThreads = 32 * kWarps;
+
+  using KvTile = SwizzledTile<kKeyRows, kHeadDim>;
+  using QTile = SwizzledTile<kQueryRows, kHeadDim>;
+  using ScoreTile = SwizzledTile<kKeyRows, kQueryRows>;  // P~^T and dS^T: [key][query]
+
+  // Warp grid of steps A-C: 16 keys per warp row, the remaining warps split the columns.
+  static constexpr int kKeyWarps = kKeyRows / 16;
+  static constexpr int kColumnWarps = kWarps / kKeyWarps;
+  static constexpr int kScoreCols = kQueryRows / kColumnWarps;  // S^T columns of one warp
+  static constexpr int kGradCols = kHeadDim / kColumnWarps;     // dK/dV columns of one warp
+  // Warp grid of step D: 16 query rows per warp row.
+  static constexpr int kDqRowWarps = kQueryRows / 16;
+  static constexpr int kDqColWarps = kWarps / kDqRowWarps;
+  static constexpr int kDqCols = kHeadDim / kDqColWarps;
+
+  static_assert(kKeyWarps * kColumnWarps == kWarps && kDqRowWarps * kDqColWarps == kWarps);
+  static_assert(kScoreCols % 16 == 0 && kGradCols % 16 == 0 && kDqCols % 16 == 0);
+
+  // Shared memory, in bytes (every part a multiple of 16 bytes).
+  static constexpr int kKOffset = 0;
+  static constexpr int kVOffset = kKOffset + KvTile::kBytes;
+  static constexpr int kQOffset = kVOffset + KvTile::kBytes;           // [2 stages]
+  static constexpr int kDoOffset = kQOffset + 2 * QTile::kBytes;       // [2 stages]
+  static constexpr int kPOffset = kDoOffset + 2 * QTile::kBytes;
+  static constexpr int kDsOffset = kPOffset + ScoreTile::kBytes;
+  static constexpr int kLseOffset = kDsOffset + ScoreTile::kBytes;     // [2 stages][kQueryRows]
+  static constexpr int kDeltaOffset = kLseOffset + 2 * kQueryRows * 4;  // [2 stages][kQueryRows]
+  static constexpr int kSmemBytes = kDeltaOffset + 2 * kQueryRows * 4;
+};
+
+// Element (row, col) of a swizzled tile, col even: the 32-bit word holding (col, col + 1).
+template <typename Tile, typename Element>
+__device__ __forceinline__ std::uint32_t* pair_address(Element* tile, int row, int col) {
+  return reinterpret_cast<std::uint32_t*>(tile + Tile::offset(row, col & ~7) + (col & 7));
+}
+
+// The query rows [begin, end) that see at least one key of [j0, j1), from the mask rule
+// -left <= j - (i + shift) <= right.
+struct RowRange {
+  std::int64_t begin, end;
+};
+__device__ __forceinline__ RowRange rows_seeing_keys(const detail::Mask& m, std::int64_t j0,
+                                                     std::int64_t j1, std::int64_t q_len) {
+  std::int64_t begin = j0 - m.shift - m.right;
+  std::int64_t end = (j1 - 1) - m.shift + m.left + 1;
+  begin = begin < 0 ? 0 : begin;
+  end = end > q_len ? q_len : end;
+  return RowRange{begin, end > begin ? end : begin};
+}
+
+template <typename Element, int kHeadDim>
+__global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads, 1)
+    bwd_main_kernel(const BackwardParams p, bool accumulate_dq) {
+  using Shape = MainKernelShape<Element, kHeadDim>;
+  using KvTile = typename Shape::KvTile;
+  using QTile = typename Shape::QTile;
+  using ScoreTile = typename Shape::ScoreTile;
+  constexpr int kKeyRows = Shape::kKeyRows;
+  constexpr int kQueryRows = Shape::kQueryRows;
+  constexpr int kThreads = Shape::kThreads;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  Element* s_k = reinterpret_cast<Element*>(smem + Shape::kKOffset);
+  Element* s_v = reinterpret_cast<Element*>(smem + Shape::kVOffset);
+  Element* s_p = reinterpret_cast<Element*>(smem + Shape::kPOffset);
+  Element* s_ds = reinterpret_cast<Element*>(smem + Shape::kDsOffset);
+  auto s_q = [&](int stage) {
+    return reinterpret_cast<Element*>(smem + Shape::kQOffset + stage * QTile::kBytes);
+  };
+  auto s_do = [&](int stage) {
+    return reinterpret_cast<Element*>(smem + Shape::kDoOffset + stage * QTile::kBytes);
+  };
+  auto s_lse = [&](int stage) {
+    return reinterpret_cast<float*>(smem + Shape::kLseOffset) + stage * kQueryRows;
+  };
+  auto s_delta = [&](int stage) {
+    return reinterpret_cast<float*>(smem + Shape::kDeltaOffset) + stage * kQueryRows;
+  };
+
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int g = lane / 4;  // accumulator row within a 16-row block (and g + 8)
+  const int t = lane % 4;  // accumulator column pair within an 8-column block
+
+  // Which (key tile, kv head, batch) this block owns: key tiles vary fastest, so neighbouring
+  // blocks share the same Q/dO through L2.
+  const std::int64_t key_tiles = (p.k_len + kKeyRows - 1) / kKeyRows;
+  const std::int64_t key_tile = blockIdx.x % key_tiles;
+  const std::int64_t kv_head = (blockIdx.x / key_tiles) % p.kv_heads;
+  const std::int64_t batch = blockIdx.x / key_tiles / p.kv_heads;
+  const std::int64_t j0 = key_tile * kKeyRows;
+  const std::int64_t j1 = j0 + kKeyRows < p.k_len ? j0 + kKeyRows : p.k_len;
+  const int head_dim = static_cast<int>(p.head_dim);
+
+  // The walk: every query head of the group x every query tile that sees this key tile.
+  const RowRange rows = rows_seeing_keys(p.mask, j0, j1, p.q_len);
+  const std::int64_t first_query_tile = rows.begin / kQueryRows;
+  const std::int64_t query_tiles =
+      rows.end > rows.begin ? (rows.end + kQueryRows - 1) / kQueryRows - first_query_tile : 0;
+  const std::int64_t steps = query_tiles * p.heads_per_kv;
+  auto step_head = [&](std::int64_t step) { return kv_head * p.heads_per_kv + step / query_tiles; };
+  auto step_row0 = [&](std::int64_t step) {
+    return (first_query_tile + step % query_tiles) * kQueryRows;
+  };
+
+  const auto* q = static_cast<const Element*>(p.q);
+  const auto* dout = static_cast<const Element*>(p.dout);
+  auto load_query_step = [&](std::int64_t step, int stage) {
+    const std::int64_t h = step_head(step);
+    const std::int64_t i0 = step_row0(step);
+    load_rows_async<QTile, kThreads>(s_q(stage),
+                                     q + batch * p.q_strides.batch + h * p.q_strides.head,
+                                     p.q_strides.row, i0, p.q_len, head_dim, tid);
+    load_rows_async<QTile, kThreads>(s_do(stage),
+                                     dout + batch * p.dout_strides.batch + h * p.dout_strides.head,
+                                     p.dout_strides.row, i0, p.q_len, head_dim, tid);
+    const std::int64_t row_base = (batch * p.q_heads + h) * p.rows_padded + i0;
+    load_floats_async<kQueryRows, kThreads>(s_lse(stage), p.lse_log2 + row_base, tid);
+    load_floats_async<kQueryRows, kThreads>(s_delta(stage), p.delta + row_base, tid);
+  };
+
+  // K_j and V_j once, together with the first query step.
+  load_rows_async<KvTile, kThreads>(
+      s_k, static_cast<const Element*>(p.k) + batch * p.k_strides.batch + kv_head * p.k_strides.head,
+      p.k_strides.row, j0, p.k_len, head_dim, tid);
+  load_rows_async<KvTile, kThreads>(
+      s_v, static_cast<const Element*>(p.v) + batch * p.v_strides.batch + kv_head * p.v_strides.head,
+      p.v_strides.row, j0, p.k_len, head_dim, tid);
+  if (steps > 0) load_query_step(0, 0);
+  cp_async_commit();
+
+  // Warp placement in steps A-C.
+  const int key_warp = warp % Shape::kKeyWarps;
+  const int col_warp = warp / Shape::kKeyWarps;
+  const int key_row0 = 16 * key_warp;  // the warp's 16 keys within the tile
+  const int score_col0 = col_warp * Shape::kScoreCols;
+  const int grad_col0 = col_warp * Shape::kGradCols;
+  // Warp placement in step D.
+  const int dq_row0 = 16 * (warp % Shape::kDqRowWarps);
+  const int dq_col0 = (warp / Shape::kDqRowWarps) * Shape::kDqCols;
+
+  float dv_acc[Shape::kGradCols / 8][4] = {};
+  float dk_acc[Shape::kGradCols / 8][4] = {};
+
+  for (std::int64_t step = 0; step < steps; ++step) {
+    const int stage = static_cast<int>(step & 1);
+    cp_async_wait<0>();
+    __syncthreads();  // this step's tiles have landed; every warp is done with the last step
+    if (step + 1 < steps) load_query_step(step + 1, stage ^ 1);
+    cp_async_commit();
+
+    const std::int64_t h = step_head(step);
+    const std::int64_t i0 = step_row0(step);
+    const Element* sq = s_q(stage);
+    const Element* sdo = s_do(stage);
+
+    // ---- A. S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys x kScoreCols queries.
+    float s_acc[Shape::kScoreCols / 8][4] = {};
+    float dp_acc[Shape::kScoreCols / 8][4] = {};
+#pragma unroll
+    for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
+      std::uint32_t a_k[4], a_v[4];
+      a_fragment<KvTile>(a_k, s_k, key_row0, k0, lane);
+      a_fragment<KvTile>(a_v, s_v, key_row0, k0, lane);
+#pragma unroll
+      for (int n = 0; n < Shape::kScoreCols / 16; ++n) {
+        std::uint32_t b_q[4], b_do[4];
+        b_fragments<QTile>(b_q, sq, score_col0 + 16 * n, k0, lane);
+        b_fragments<QTile>(b_do, sdo, score_col0 + 16 * n, k0, lane);
+        mma_m16n8k16<Element>(s_acc[2 * n], a_k, {b_q[0], b_q[1]});
+        mma_m16n8k16<Element>(s_acc[2 * n + 1], a_k, {b_q[2], b_q[3]});
+        mma_m16n8k16<Element>(dp_acc[2 * n], a_v, {b_do[0], b_do[1]});
+        mma_m16n8k16<Element>(dp_acc[2 * n + 1], a_v, {b_do[2], b_do[3]});
+      }
+    }
+
+    // ---- B. P~^T and dS^T element by element, stored as 16-bit [key][query] tiles.
+    // Element e of the thread: 8-column block e / 4, key row g + 8 * ((e / 2) % 2), query
+    // column 2t + e % 2 (the mma accumulator layout).
+    const std::int64_t i1 = i0 + kQueryRows < p.q_len ? i0 + kQueryRows : p.q_len;
+    const bool element_mask = p.mask.active() && !p.mask.tile_fully_visible(i0, i1, j0, j1);
+    const auto bh = static_cast<std::uint32_t>(batch * p.q_heads + h);
+    const std::uint32_t keep_bits = dropout_keep_bits<Shape::kScoreCols / 2>(
+        p, bh, [&](int e, std::int64_t& i, std::int64_t& j) {
+          i = i0 + score_col0 + 8 * (e / 4) + 2 * t + (e % 2);
+          j = j0 + key_row0 + g + 8 * ((e / 2) % 2);
+        });
+    const float* lse_log2 = s_lse(stage);
+    const float* delta = s_delta(stage);
+#pragma unroll
+    for (int n = 0; n < Shape::kScoreCols / 8; ++n) {
+      const int col = score_col0 + 8 * n + 2 * t;  // query within the tile (and col + 1)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = key_row0 + g + 8 * half;  // key within the tile
+        float p_dropped[2], ds[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int e = 4 * n + 2 * half + c;
+          const bool visible = !element_mask || p.mask.visible(i0 + col + c, j0 + row);
+          const ScoreGradient sg =
+              score_gradient(p, s_acc[n][2 * half + c], dp_acc[n][2 * half + c],
+                             lse_log2[col + c], delta[col + c], visible, (keep_bits >> e) & 1u);
+          p_dropped[c] = sg.p_dropped;
+          ds[c] = sg.ds;
+        }
+        *pair_address<ScoreTile>(s_p, row, col) = pack_pair<Element>(p_dropped[0], p_dropped[1]);
+        *pair_address<ScoreTile>(s_ds, row, col) = pack_pair<Element>(ds[0], ds[1]);
+      }
+    }
+    __syncthreads();  // P~^T and dS^T complete
+
+    // ---- C. dV += P~^T dO and dK += dS^T Q for the warp's 16 keys x kGradCols columns.
+#pragma unroll
+    for (int k0 = 0; k0 < kQueryRows; k0 += 16) {
+      std::uint32_t a_p[4], a_ds[4];
+      a_fragment<ScoreTile>(a_p, s_p, key_row0, k0, lane);
+      a_fragment<ScoreTile>(a_ds, s_ds, key_row0, k0, lane);
+#pragma unroll
+      for (int n = 0; n < Shape::kGradCols / 16; ++n) {
+        std::uint32_t b_do[4], b_q[4];
+        b_fragments_trans<QTile>(b_do, sdo, grad_col0 + 16 * n, k0, lane);
+        b_fragments_trans<QTile>(b_q, sq, grad_col0 + 16 * n, k0, lane);
+        mma_m16n8k16<Element>(dv_acc[2 * n], a_p, {b_do[0], b_do[1]});
+        mma_m16n8k16<Element>(dv_acc[2 * n + 1], a_p, {b_do[2], b_do[3]});
+        mma_m16n8k16<Element>(dk_acc[2 * n], a_ds, {b_q[0], b_q[1]});
+        mma_m16n8k16<Element>(dk_acc[2 * n + 1], a_ds, {b_q[2], b_q[3]});
+      }
+    }
+
+    // ---- D. dQ_i += dS K_j (unscaled) into the float32 accumulator.
+    if (accumulate_dq) {
+      float dq_acc[Shape::kDqCols / 8][4] = {};
+#pragma unroll
+      for (int k0 = 0; k0 < kKeyRows; k0 += 16) {
+        std::uint32_t a_ds[4];
+        a_fragment_trans<ScoreTile>(a_ds, s_ds, dq_row0, k0, lane);
+#pragma unroll
+        for (int n = 0; n < Shape::kDqCols / 16; ++n) {
+          std::uint32_t b_k[4];
+          b_fragments_trans<KvTile>(b_k, s_k, dq_col0 + 16 * n, k0, lane);
+          mma_m16n8k16<Element>(dq_acc[2 * n], a_ds, {b_k[0], b_k[1]});
+          mma_m16n8k16<Element>(dq_acc[2 * n + 1], a_ds, {b_k[2], b_k[3]});
+        }
+      }
+      float* accum = p.dq_accum + ((batch * p.q_heads + h) * p.rows_padded + i0) * p.accum_width;
+#pragma unroll
+      for (int n = 0; n < Shape::kDqCols / 8; ++n) {
+        const int col = dq_col0 + 8 * n + 2 * t;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float* dst = accum + static_cast<std::int64_t>(dq_row0 + g + 8 * half) * p.accum_width + col;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          atomicAdd(reinterpret_cast<float2*>(dst),
+                    make_float2(dq_acc[n][2 * half], dq_acc[n][2 * half + 1]));
+#else
+          atomicAdd(dst, dq_acc[n][2 * half]);
+          atomicAdd(dst + 1, dq_acc[n][2 * half + 1]);
+#endif
+        }
+      }
+    }
+  }
+
+  // ---- Epilogue: dV and scale * dK, written once.
+  auto* dk = static_cast<Element*>(p.dk) + batch * p.dk_strides.batch + kv_head * p.dk_strides.head;
+  auto* dv = static_cast<Element*>(p.dv) + batch * p.dv_strides.batch + kv_head * p.dv_strides.head;
+#pragma unroll
+  for (int n = 0; n < Shape::kGradCols / 8; ++n) {
+    const int col = grad_col0 + 8 * n + 2 * t;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t j = j0 + key_row0 + g + 8 * half;
+      if (j >= p.k_len || col >= head_dim) continue;
+      *reinterpret_cast<std::uint32_t*>(dv + j * p.dv_strides.row + col) =
+          pack_pair<Element>(dv_acc[n][2 * half], dv_acc[n][2 * half + 1]);
+      *reinterpret_cast<std::uint32_t*>(dk + j * p.dk_strides.row + col) =
+          pack_pair<Element>(dk_acc[n][2 * half] * p.scale, dk_acc[n][2 * half + 1] * p.scale);
+    }
+  }
+}
+
+}  // namespace flashpp::cuda::bwd

@@ -1,0 +1,20 @@
+// The backward's two light passes around the main kernel (declarations; pre_post.cu defines
+// them for fp16 and bf16).
+//   preprocess:  delta_i = rowsum(dO_i * O_i) in float32, and lse_i * log2(e) (+inf for rows that
+//                see no key and for padding rows), both laid out [B*Hq, rows_padded]
+//   postprocess: dq = scale * dq_accum, converted to the storage dtype
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "params.hpp"
+
+namespace flashpp::cuda::bwd {
+
+template <typename Element>
+void launch_preprocess(const BackwardParams& p, cudaStream_t stream);
+
+template <typename Element>
+void launch_postprocess(const BackwardParams& p, cudaStream_t stream);
+
+}  // namespace flashpp::cuda::bwd

@@ -1,0 +1,174 @@
+// The CUDA backward's host side (backward.hpp): what is supported, how much workspace, and the
+// sequence of launches
+//   preprocess (delta, lse in log2 units)
+//   -> main kernel per key tile (dK, dV; dQ by atomics unless deterministic)
+//   -> postprocess (dQ accumulator -> dq)     or, deterministic: dQ kernel per query tile
+// all on args.stream.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "../backward.hpp"
+#include "../common/check_cuda.hpp"
+#include "config.hpp"
+#include "launch.hpp"
+#include "params.hpp"
+#include "pre_post.cuh"
+
+namespace flashpp::cuda {
+namespace {
+
+using bwd::BackwardParams;
+
+bwd::RowStrides row_strides(const TensorView& t) {
+  return bwd::RowStrides{t.strides[0], t.strides[1], t.strides[2]};
+}
+
+// The 16-byte copies need 16-byte aligned rows: base pointers and row/head/batch strides in
+// multiples of 8 elements (a dimension of size 1 may have any stride).
+std::string misaligned_tensor(const detail::BackwardArgs& a) {
+  const std::pair<const char*, const TensorView*> tensors[] = {
+      {"q", &a.q},       {"k", &a.k},   {"v", &a.v},   {"o", &a.o}, {"dout", &a.dout},
+      {"dq", &a.dq},     {"dk", &a.dk}, {"dv", &a.dv}};
+  for (const auto& [name, t] : tensors) {
+    bool aligned = reinterpret_cast<std::uintptr_t>(t->data) % 16 == 0;
+    for (int d = 0; d < 3; ++d) aligned = aligned && (t->sizes[d] <= 1 || t->strides[d] % 8 == 0);
+    if (!aligned) return name;
+  }
+  return {};
+}
+
+BackwardParams make_params(const detail::BackwardArgs& a) {
+  const detail::Problem& pr = a.problem;
+  BackwardParams p;
+  p.q = a.q.data;
+  p.k = a.k.data;
+  p.v = a.v.data;
+  p.o = a.o.data;
+  p.dout = a.dout.data;
+  p.dq = a.dq.data;
+  p.dk = a.dk.data;
+  p.dv = a.dv.data;
+  p.q_strides = row_strides(a.q);
+  p.k_strides = row_strides(a.k);
+  p.v_strides = row_strides(a.v);
+  p.o_strides = row_strides(a.o);
+  p.dout_strides = row_strides(a.dout);
+  p.dq_strides = row_strides(a.dq);
+  p.dk_strides = row_strides(a.dk);
+  p.dv_strides = row_strides(a.dv);
+  p.lse = static_cast<const float*>(a.lse.data);
+  p.lse_stride_batch = a.lse.strides[0];
+  p.lse_stride_head = a.lse.strides[1];
+  p.lse_stride_row = a.lse.strides[2];
+  p.batch = pr.B;
+  p.q_len = pr.Nq;
+  p.k_len = pr.Nk;
+  p.q_heads = pr.Hq;
+  p.kv_heads = pr.Hkv;
+  p.head_dim = pr.D;
+  p.heads_per_kv = pr.heads_per_kv();
+  p.scale = pr.scale;
+  p.scale_log2 = static_cast<float>(static_cast<double>(pr.scale) * 1.4426950408889634);
+  p.softcap = pr.softcap;
+  p.mask = pr.mask;
+  p.dropout = pr.dropout;
+
+  const bwd::WorkspaceLayout w =
+      bwd::workspace_layout(pr.B, pr.Hq, pr.Nq, pr.D, a.deterministic);
+  auto* base = static_cast<unsigned char*>(a.workspace.data);
+  p.delta = reinterpret_cast<float*>(base + w.delta_offset);
+  p.lse_log2 = reinterpret_cast<float*>(base + w.lse_offset);
+  p.dq_accum = a.deterministic ? nullptr : reinterpret_cast<float*>(base + w.dq_accum_offset);
+  p.rows_padded = w.rows_padded;
+  p.accum_width = w.accum_width;
+  return p;
+}
+
+template <typename Element, int kHeadDim>
+void run_kernels(const BackwardParams& p, bool deterministic, std::size_t accum_bytes,
+                 cudaStream_t stream) {
+  bwd::launch_preprocess<Element>(p, stream);
+  if (deterministic) {
+    bwd::launch_main<Element, kHeadDim>(p, /*accumulate_dq=*/false, stream);
+    bwd::launch_dq<Element, kHeadDim>(p, stream);
+    return;
+  }
+  // The accumulator must start at zero; a memset runs at full bandwidth and keeps the
+  // preprocess kernel to one job.
+  if (accum_bytes > 0) {
+    check_cuda(cudaMemsetAsync(p.dq_accum, 0, accum_bytes, stream), "dQ accumulator memset");
+  }
+  bwd::launch_main<Element, kHeadDim>(p, /*accumulate_dq=*/true, stream);
+  bwd::launch_postprocess<Element>(p, stream);
+}
+
+template <typename Element>
+void dispatch_head_dim(const BackwardParams& p, bool deterministic, std::size_t accum_bytes,
+                       cudaStream_t stream) {
+  switch (bwd::kernel_head_dim(p.head_dim)) {
+    case 32: return run_kernels<Element, 32>(p, deterministic, accum_bytes, stream);
+    case 64: return run_kernels<Element, 64>(p, deterministic, accum_bytes, stream);
+    case 96: return run_kernels<Element, 96>(p, deterministic, accum_bytes, stream);
+    case 128: return run_kernels<Element, 128>(p, deterministic, accum_bytes, stream);
+    case 192: return run_kernels<Element, 192>(p, deterministic, accum_bytes, stream);
+    case 256: return run_kernels<Element, 256>(p, deterministic, accum_bytes, stream);
+    default:
+      throw Error(ErrorCode::internal,
+                  "flashpp::backward: no CUDA kernel for head dim " + std::to_string(p.head_dim));
+  }
+}
+
+// Largest grid the kernels flatten into blockIdx.x.
+constexpr std::int64_t kMaxBlocks = std::numeric_limits<std::int32_t>::max();
+
+}  // namespace
+
+std::string backward_unsupported_reason(const detail::Problem& p) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
+    return std::string("q: the CUDA backward supports f16 and bf16, got ") + to_string(p.dtype);
+  }
+  if (p.D % 8 != 0 || bwd::kernel_head_dim(p.D) == 0) {
+    return "q: the CUDA backward supports head dims that are multiples of 8 up to 256, got " +
+           std::to_string(p.D);
+  }
+  const std::int64_t main_blocks = (p.Nk + 63) / 64 * p.Hkv * p.B;
+  const std::int64_t dq_blocks = (p.Nq + 63) / 64 * p.Hq * p.B;
+  const std::int64_t prep_blocks = p.B * p.Hq * ((p.Nq + 127) / 128 * 128) / 64;
+  if (main_blocks > kMaxBlocks || dq_blocks > kMaxBlocks || prep_blocks > kMaxBlocks) {
+    return "q: the CUDA backward grid would exceed 2^31 - 1 blocks (B * H * N too large)";
+  }
+  return {};
+}
+
+std::size_t backward_scratch_bytes(const detail::Problem& p, bool deterministic) {
+  if (p.B == 0 || p.Hq == 0) return 0;
+  return bwd::workspace_layout(p.B, p.Hq, p.Nq, p.D, deterministic).total_bytes;
+}
+
+void run_backward(const detail::BackwardArgs& args) {
+  const std::string bad = misaligned_tensor(args);
+  if (!bad.empty()) {
+    throw Error(ErrorCode::unsupported,
+                "flashpp::backward: " + bad +
+                    ": the CUDA backward needs 16-byte aligned data and strides that are "
+                    "multiples of 8 elements");
+  }
+  const detail::Problem& pr = args.problem;
+  if (pr.B == 0 || pr.Hq == 0) return;
+  const BackwardParams p = make_params(args);
+  const bwd::WorkspaceLayout w = bwd::workspace_layout(pr.B, pr.Hq, pr.Nq, pr.D, args.deterministic);
+  const std::size_t accum_bytes = w.total_bytes - w.dq_accum_offset;
+  const auto stream = static_cast<cudaStream_t>(args.stream);
+  if (pr.dtype == DType::f16) {
+    dispatch_head_dim<__half>(p, args.deterministic, accum_bytes, stream);
+  } else {
+    dispatch_head_dim<__nv_bfloat16>(p, args.deterministic, accum_bytes, stream);
+  }
+}
+
+}  // namespace flashpp::cuda

@@ -1,0 +1,69 @@
+// The element-wise heart of the backward, shared by the main kernel and the deterministic dQ
+// kernel: from the raw score q.k and dP = dO.v of one (query i, key j) pair, recompute
+//   P  = exp(S - lse)                   S = scale * q.k, or softcap * tanh(scale * q.k / softcap)
+//   P~ = P * keep / (1 - p)             (dropout; keep regenerated from Philox, philox.hpp)
+//   dS = P * (dP * keep / (1 - p) - D_i) * (1 - (S / softcap)^2)   (the last factor with softcap)
+// exactly as src/cpu/reference.cpp defines them.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/math.cuh"
+#include "params.hpp"
+
+namespace flashpp::cuda::bwd {
+
+struct ScoreGradient {
+  float p_dropped;  // P~: what dV = P~^T dO uses
+  float ds;         // dS with respect to scale * q.k (softcap chain applied); dQ, dK use it
+};
+
+// `lse_log2` is lse * log2(e), +inf where the row sees no key or does not exist, so P = 0 there.
+// `visible` is false for elements the mask hides; `kept` is the dropout decision (true without
+// dropout), from dropout_keep_bits below.
+__device__ __forceinline__ ScoreGradient score_gradient(const BackwardParams& p, float qk,
+                                                        float dp, float lse_log2, float delta,
+                                                        bool visible, bool kept) {
+  float logit_log2;
+  float softcap_chain = 1.0f;
+  if (p.softcap > 0.0f) {
+    const float t = tanhf(qk * p.scale / p.softcap);
+    logit_log2 = p.softcap * t * kLog2e;
+    softcap_chain = 1.0f - t * t;
+  } else {
+    logit_log2 = qk * p.scale_log2;
+  }
+  // Assign rather than multiply: a hidden element's exp2 may be inf.
+  const float prob = visible ? fast_exp2(logit_log2 - lse_log2) : 0.0f;
+  float p_dropped = prob;
+  if (p.dropout.threshold != 0) {
+    const float factor = kept ? p.dropout.keep_scale : 0.0f;
+    p_dropped = prob * factor;
+    dp *= factor;
+  }
+  return ScoreGradient{p_dropped, prob * (dp - delta) * softcap_chain};
+}
+
+// The dropout decisions of a thread's accumulator elements as a bit mask (bit e for element e;
+// at most 32 elements). `element_ij(e, i, j)` names element e's (query, key). The loop is kept
+// rolled on purpose: Philox is ~40 instructions, and unrolling it over every element would bloat
+// the kernel and its register use for a path that is off in most calls.
+template <int kElements, typename ElementIndex>
+__device__ __forceinline__ std::uint32_t dropout_keep_bits(const BackwardParams& p,
+                                                           std::uint32_t bh,
+                                                           ElementIndex element_ij) {
+  static_assert(kElements <= 32, "one 32-bit mask");
+  if (p.dropout.threshold == 0) return 0xFFFFFFFFu;
+  std::uint32_t bits = 0;
+#pragma unroll 1
+  for (int e = 0; e < kElements; ++e) {
+    std::int64_t i, j;
+    element_ij(e, i, j);
+    const bool keep = detail::dropout_keep(p.dropout, bh, static_cast<std::uint32_t>(i),
+                                           static_cast<std::uint32_t>(j));
+    bits |= static_cast<std::uint32_t>(keep) << e;
+  }
+  return bits;
+}
+
+}  // namespace flashpp::cuda::bwd
