@@ -35,6 +35,14 @@ std::string cpu_model_name() {
   return "unknown CPU";
 }
 
+// The 1-minute load average: on a shared machine, other processes compete for the cores and
+// every CPU figure of the run is then an upper bound on time, a lower bound on rate.
+std::string load_average() {
+  std::ifstream loadavg("/proc/loadavg");
+  std::string one_minute;
+  return loadavg >> one_minute ? one_minute : "unknown";
+}
+
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
   char text[32];
@@ -106,7 +114,8 @@ int main(int argc, char** argv) {
   } else {
     const int threads = omp_get_max_threads();
     print_line(options.csv, "device: cpu, " + cpu_model_name() + ", " + std::to_string(threads) +
-                                " OpenMP threads");
+                                " OpenMP threads, load average " + load_average() +
+                                " at the start");
     if (options.measure_peak) {
       std::fprintf(stderr, "measuring the fp32 FMA peak ...\n");
       peak = fb::measure_fma_peak(threads);
