@@ -10,7 +10,8 @@
 
 namespace flashpp::bench {
 
-// Inputs in the case's storage dtype, contiguous in the case's layout.
+// Inputs in the case's storage dtype, contiguous in the case's layout (dout only when the
+// case runs the backward).
 struct HostInputs {
   std::vector<std::byte> q, k, v, dout;
 };
