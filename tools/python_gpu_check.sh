@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The Python package on a GPU machine without registry access (the lent GPU machine): install
+# it with the nanobind and scikit-build-core already there (pip install --no-build-isolation),
+# run every Python test (the torch and CUDA ones included), then the quick benchmark.
+#
+#   bash tools/python_gpu_check.sh            logs and plots under $OUT (or gpu-out/)
+#   ARCHS="80;90a" BENCH="--dtypes fp16 bf16" bash tools/python_gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+archs=${ARCHS:-90a}
+start=$(date +%s)
+python3 -m pip list 2>/dev/null | grep -iE "^(nanobind|scikit.build.core|torch|numpy|ml.dtypes|pytest) "
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+
+echo "== install (FLASHPP_CUDA=ON, archs $archs)"
+if ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install --no-build-isolation --no-deps \
+    -v -C cmake.define.FLASHPP_CUDA=ON -C cmake.define.FLASHPP_CUDA_ARCHS="$archs" . \
+    > "$out/install.log" 2>&1; then
+  tail -60 "$out/install.log"
+  echo "python gpu check: install FAILED"
+  exit 1
+fi
+echo "installed in $(( $(date +%s) - start )) s"
+python3 -c "import flashpp; print('flashpp', flashpp.__version__, 'cuda compiled', flashpp.cuda_compiled(), 'available', flashpp.cuda_available())"
+
+echo "== pytest"
+PYTHONUNBUFFERED=1 python3 -m pytest -q -s -rs -p no:cacheprovider tests/python ${PYTEST_ARGS:-} \
+  > "$out/pytest.log" 2>&1
+test_rc=$?
+grep -E "passed|failed|error" "$out/pytest.log" | tail -3
+
+bench_rc=0
+if [ "${BENCH:-quick}" != "none" ]; then
+  echo "== bench"
+  bench_args=${BENCH:---quick}
+  [ "$bench_args" = quick ] && bench_args=--quick
+  python3 tools/bench.py $bench_args --out-dir "$out" > "$out/bench.log" 2> "$out/bench.progress"
+  bench_rc=$?
+fi
+
+echo "== summary ($(( $(date +%s) - start )) s)"
+grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -30
+sed -n '/^step  sdpa/,/^last/p' "$out/pytest.log"  # the tiny-GPT loss curves
+tail -3 "$out/pytest.log"
+[ "$bench_rc" -eq 0 ] && sed -n '/^wrote/,$p' "$out/bench.log" || tail -20 "$out/bench.progress"
+exit $(( test_rc != 0 || bench_rc != 0 ))
