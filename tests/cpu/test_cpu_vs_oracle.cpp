@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/attention_case.hpp"
-#include "common/metrics.hpp"
+#include "common/oracle_check.hpp"
 #include "common/random.hpp"
 #include "common/tolerance.hpp"
 
@@ -208,46 +208,23 @@ bool verbose() {
   return v != nullptr && v[0] == '1';
 }
 
-void expect_within(const char* name, const HostTensor& out, const HostTensor& ref, double rtol,
-                   double atol) {
-  double measured = 0;
-  const bool ok = within(out, ref, rtol, atol, &measured);
-  EXPECT_TRUE(ok) << name << ": relative error " << measured << " > limit " << rtol
-                  << " (plus absolute floor " << atol << " rms); " << worst_element(out, ref);
-  if (verbose()) std::cout << "  " << name << " rel " << measured << " (limit " << rtol << ")\n";
-}
-
-void expect_clean_output(const char* name, const HostTensor& out) {
-  EXPECT_EQ(count_nan(out), 0) << name << ": NaN elements (unwritten, or computed NaN)";
-  EXPECT_TRUE(out.gaps_untouched()) << name << ": a write landed outside the view";
-}
-
 class CpuVsOracle : public ::testing::TestWithParam<NamedCase> {};
 
 TEST_P(CpuVsOracle, ForwardAndBackward) {
   const AttentionCase& c = GetParam().c;
   SCOPED_TRACE(c.describe());
-  if (verbose()) std::cout << c.describe() << "\n";
   const AttentionInputs in = make_inputs(c);
   const OracleResult ref = run_oracle(in, c.options, /*with_backward=*/true);
   const Tolerance tol = float32_kernel_tolerance(c.dtype);
 
   const ForwardOutputs fwd = run_forward(in, c.options, Backend::cpu);
-  expect_clean_output("o", fwd.o);
-  expect_clean_output("lse", fwd.lse);
-  expect_within("o", fwd.o, ref.fwd.o, tol.o, 0.0);
-  const double lse_err = max_scaled_error(fwd.lse, ref.fwd.lse);
-  EXPECT_LE(lse_err, tol.lse) << "lse: " << worst_element(fwd.lse, ref.fwd.lse);
-  if (verbose()) std::cout << "  lse err " << lse_err << "\n";
+  const CheckReport forward = check_forward(fwd, ref.fwd, tol);
+  EXPECT_TRUE(forward.passed()) << forward.text();
 
   const Gradients grads = run_backward(in, fwd, c.options, Backend::cpu);
-  expect_clean_output("dq", grads.dq);
-  expect_clean_output("dk", grads.dk);
-  expect_clean_output("dv", grads.dv);
-  const NoiseFloor floor = gradient_noise_floor(c);
-  expect_within("dq", grads.dq, ref.grads.dq, tol.dq, floor.dq);
-  expect_within("dk", grads.dk, ref.grads.dk, tol.dk, floor.dk);
-  expect_within("dv", grads.dv, ref.grads.dv, tol.dv, 0.0);
+  const CheckReport backward = check_backward(c, grads, ref.grads, tol);
+  EXPECT_TRUE(backward.passed()) << backward.text();
+  if (verbose()) std::cout << c.describe() << "\n  " << forward.text() << "\n  " << backward.text() << "\n";
 }
 
 std::string case_name(const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; }
