@@ -1,0 +1,409 @@
+// The CUDA backward against the float64 oracle (Backend::cpu_reference): dQ, dK, dV over a
+// sweep of shapes, head dims, GQA ratios, masks, softcap, dropout, dtypes and layouts.
+//
+// Criterion (DESIGN.md, "Testing"): the kernel's error against the oracle is at most about 2x the
+// error of the same computation done naively in the storage dtype (every intermediate S, P, dP,
+// dS rounded to it, as a framework would do in fp16/bf16), plus the noise floor of dQ/dK that
+// comes from D = rowsum(dO * O) being formed from the rounded O (tests/common/tolerance.hpp).
+// Outputs are poisoned (NaN, gaps included) before every run, so an unwritten element fails.
+// The forward outputs o and lse fed to the backward are the oracle's, rounded to the dtype: the
+// backward is tested on its own, independent of the CUDA forward.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/attention_case.hpp"
+#include "common/half_convert.hpp"
+#include "common/host_tensor.hpp"
+#include "common/mask.hpp"
+#include "common/metrics.hpp"
+#include "common/philox.hpp"
+#include "common/tolerance.hpp"
+#include "flashpp/flashpp.hpp"
+#include "gpu_buffer.hpp"
+
+namespace flashpp::test {
+namespace {
+
+using gpu_test::DeviceBuffer;
+constexpr Device kGpu{DeviceType::cuda, 0};
+
+// A device copy of a HostTensor's whole storage (gaps included), viewed with the same strides.
+struct DeviceTensor {
+  DeviceBuffer buffer;
+  TensorView view;
+
+  explicit DeviceTensor(const HostTensor& host) : buffer(host.raw_bytes()) {
+    if (host.raw_bytes() > 0) {
+      cudaMemcpy(buffer.data(), host.raw(), host.raw_bytes(), cudaMemcpyHostToDevice);
+    }
+    view = host.view(kGpu);
+    view.data = host.raw_bytes() > 0 ? buffer.data() : nullptr;
+  }
+  void download_into(HostTensor& host) const {
+    if (host.raw_bytes() > 0) {
+      cudaMemcpy(host.raw(), buffer.data(), host.raw_bytes(), cudaMemcpyDeviceToHost);
+    }
+  }
+};
+
+// The backward on the GPU with poisoned outputs; returns the gradients as host tensors.
+Gradients cuda_backward(const AttentionInputs& in, const ForwardOutputs& fwd, Options options) {
+  options.backend = Backend::cuda;
+  Gradients g{in.q.like(), in.k.like(), in.v.like()};  // like() is poisoned (NaN everywhere)
+  const DeviceTensor q(in.q), k(in.k), v(in.v), dout(in.dout), o(fwd.o), lse(fwd.lse);
+  DeviceTensor dq(g.dq), dk(g.dk), dv(g.dv);
+  backward(q.view, k.view, v.view, o.view, lse.view, dout.view, dq.view, dk.view, dv.view,
+           options);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  dq.download_into(g.dq);
+  dk.download_into(g.dk);
+  dv.download_into(g.dv);
+  return g;
+}
+
+// ---- The naive same-dtype computation ------------------------------------------------------
+
+float round_to(DType dtype, float x) {
+  switch (dtype) {
+    case DType::f16: return detail::half_to_float(detail::float_to_half(x));
+    case DType::bf16: return detail::bf16_to_float(detail::float_to_bf16(x));
+    default: return x;
+  }
+}
+
+detail::Mask mask_of(const AttentionCase& c) {
+  const Options& o = c.options;
+  detail::Mask m;
+  m.shift = o.alignment == Alignment::bottom_right ? c.shape.Nk - c.shape.Nq : 0;
+  m.left = o.window_left == kUnbounded ? detail::kNoLimit : o.window_left;
+  m.right = o.window_right == kUnbounded ? detail::kNoLimit : o.window_right;
+  if (o.causal) m.right = 0;
+  return m;
+}
+
+// Attention's backward as a framework computes it in the storage dtype: float32 dot products,
+// every materialised intermediate (S, P, P~, dP, dS) rounded to the dtype, softmax backward in
+// float32 on rounded inputs. Its error against the oracle is the yardstick of the 2x rule.
+Gradients naive_backward(const AttentionCase& c, const AttentionInputs& in) {
+  const AttentionShape& s = c.shape;
+  const DType dt = c.dtype;
+  const detail::Mask mask = mask_of(c);
+  const float scale = std::isnan(c.options.softmax_scale) || c.options.softmax_scale <= 0
+                          ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.D)))
+                          : c.options.softmax_scale;
+  const float cap = c.options.softcap;
+  const detail::DropoutParams drop =
+      detail::make_dropout_params(c.options.dropout_p, c.options.seed, c.options.offset);
+  const std::int64_t hpk = s.Hq / s.Hkv;
+  Gradients g{in.q.like(), in.k.like(), in.v.like()};
+  auto at = [](const HostTensor& t, std::int64_t b, std::int64_t n, std::int64_t h,
+               std::int64_t d) { return static_cast<float>(t.get(b, n, h, d)); };
+  for (std::int64_t b = 0; b < s.B; ++b) {
+    for (std::int64_t hk = 0; hk < s.Hkv; ++hk) {
+      std::vector<float> dk(s.Nk * s.D, 0.f), dv(s.Nk * s.D, 0.f);
+      for (std::int64_t h = hk * hpk; h < (hk + 1) * hpk; ++h) {
+        const auto bh = static_cast<std::uint32_t>(b * s.Hq + h);
+        for (std::int64_t i = 0; i < s.Nq; ++i) {
+          std::vector<float> S(s.Nk, -INFINITY), P(s.Nk, 0.f), Pd(s.Nk, 0.f), dP(s.Nk, 0.f),
+              dS(s.Nk, 0.f), drop_scale(s.Nk, 1.f);
+          float row_max = -INFINITY;
+          for (std::int64_t j = 0; j < s.Nk; ++j) {
+            if (!mask.visible(i, j)) continue;
+            float dot = 0.f;
+            for (std::int64_t d = 0; d < s.D; ++d) dot += at(in.q, b, i, h, d) * at(in.k, b, j, hk, d);
+            float x = round_to(dt, dot * scale);
+            if (cap > 0) x = round_to(dt, cap * std::tanh(x / cap));
+            S[j] = x;
+            row_max = std::max(row_max, x);
+          }
+          if (row_max == -INFINITY) {
+            for (std::int64_t d = 0; d < s.D; ++d) g.dq.set(b, i, h, d, 0.0);
+            continue;
+          }
+          float sum = 0.f;
+          for (std::int64_t j = 0; j < s.Nk; ++j) sum += std::exp(S[j] - row_max);
+          float D = 0.f;
+          for (std::int64_t j = 0; j < s.Nk; ++j) {
+            if (S[j] == -INFINITY) continue;
+            P[j] = round_to(dt, std::exp(S[j] - row_max) / sum);
+            if (drop.enabled()) {
+              const bool keep = detail::dropout_keep(drop, bh, static_cast<std::uint32_t>(i),
+                                                     static_cast<std::uint32_t>(j));
+              drop_scale[j] = keep ? drop.keep_scale : 0.f;
+            }
+            Pd[j] = round_to(dt, P[j] * drop_scale[j]);
+            float dot = 0.f;
+            for (std::int64_t d = 0; d < s.D; ++d) dot += at(in.dout, b, i, h, d) * at(in.v, b, j, hk, d);
+            dP[j] = round_to(dt, round_to(dt, dot) * drop_scale[j]);
+            D += P[j] * dP[j];
+          }
+          for (std::int64_t j = 0; j < s.Nk; ++j) {
+            if (S[j] == -INFINITY) continue;
+            float ds = round_to(dt, P[j] * (dP[j] - D));
+            if (cap > 0) ds = round_to(dt, ds * (1.f - (S[j] / cap) * (S[j] / cap)));
+            dS[j] = ds;
+          }
+          for (std::int64_t d = 0; d < s.D; ++d) {
+            float acc = 0.f;
+            for (std::int64_t j = 0; j < s.Nk; ++j) acc += dS[j] * at(in.k, b, j, hk, d);
+            g.dq.set(b, i, h, d, round_to(dt, acc * scale));
+          }
+          for (std::int64_t j = 0; j < s.Nk; ++j) {
+            if (S[j] == -INFINITY) continue;
+            for (std::int64_t d = 0; d < s.D; ++d) {
+              dv[j * s.D + d] += Pd[j] * at(in.dout, b, i, h, d);
+              dk[j * s.D + d] += dS[j] * scale * at(in.q, b, i, h, d);
+            }
+          }
+        }
+      }
+      for (std::int64_t j = 0; j < s.Nk; ++j) {
+        for (std::int64_t d = 0; d < s.D; ++d) {
+          g.dk.set(b, j, hk, d, round_to(dt, dk[j * s.D + d]));
+          g.dv.set(b, j, hk, d, round_to(dt, dv[j * s.D + d]));
+        }
+      }
+    }
+  }
+  return g;
+}
+
+// ---- The check ------------------------------------------------------------------------------
+
+// o and lse of the oracle, stored as a real forward would (o in the dtype, lse float32).
+ForwardOutputs rounded_forward(const ForwardOutputs& oracle_fwd, DType dtype, Layout lse_layout) {
+  ForwardOutputs f;
+  f.o = oracle_fwd.o.converted(dtype);
+  const HostTensor& l = oracle_fwd.lse;
+  f.lse = HostTensor::lse(DType::f32, l.size(0), l.size(1), l.size(2), lse_layout);
+  for (std::int64_t b = 0; b < l.size(0); ++b)
+    for (std::int64_t h = 0; h < l.size(1); ++h)
+      for (std::int64_t i = 0; i < l.size(2); ++i) f.lse.set(b, h, i, 0, l.get(b, h, i));
+  return f;
+}
+
+void expect_close(const char* name, const HostTensor& ours, const HostTensor& naive,
+                  const HostTensor& ref, double noise_floor, DType dtype,
+                  const std::string& what) {
+  EXPECT_EQ(count_nonfinite(ours), 0) << name << " has NaN/inf (unwritten?) " << what;
+  EXPECT_TRUE(ours.gaps_untouched()) << name << " written outside its view " << what;
+  const double naive_err = relative_error(naive, ref);
+  const double rtol = std::max(2.0 * naive_err, unit_roundoff(dtype));
+  double measured = 0;
+  EXPECT_TRUE(within(ours, ref, rtol, noise_floor, &measured))
+      << name << ": error " << measured << " vs naive same-dtype " << naive_err << " (limit "
+      << rtol << " + floor " << noise_floor << ") " << worst_element(ours, ref) << " -- " << what;
+}
+
+void check_case(const AttentionCase& c, Layout lse_layout = Layout::bnhd) {
+  const AttentionInputs in = make_inputs(c);
+  const OracleResult oracle = run_oracle(in, c.options, /*with_backward=*/true);
+  const ForwardOutputs fwd = rounded_forward(oracle.fwd, c.dtype, lse_layout);
+  const Gradients ours = cuda_backward(in, fwd, c.options);
+  const Gradients naive = naive_backward(c, in);
+  const NoiseFloor floor = gradient_noise_floor(c);
+  const std::string what = c.describe();
+  expect_close("dq", ours.dq, naive.dq, oracle.grads.dq, floor.dq, c.dtype, what);
+  expect_close("dk", ours.dk, naive.dk, oracle.grads.dk, floor.dk, c.dtype, what);
+  expect_close("dv", ours.dv, naive.dv, oracle.grads.dv, 0.0, c.dtype, what);
+}
+
+AttentionCase make_case(AttentionShape shape, DType dtype, Layout layout, std::uint64_t seed) {
+  AttentionCase c;
+  c.shape = shape;
+  c.dtype = dtype;
+  c.layout = layout;
+  c.seed = seed;
+  return c;
+}
+
+// ---- The sweep --------------------------------------------------------------------------------
+
+TEST(CudaBackward, EveryHeadDimBothDtypesBothLayouts) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 100;
+  for (std::int64_t D : {32, 40, 64, 80, 96, 128, 160, 192, 256}) {
+    for (DType dt : {DType::f16, DType::bf16}) {
+      const Layout layout = (D / 8 + (dt == DType::bf16)) % 2 ? Layout::bhnd : Layout::bnhd;
+      check_case(make_case({2, 127, 127, 2, 1, D}, dt, layout, ++seed));
+    }
+  }
+}
+
+TEST(CudaBackward, LengthsOneSeventeenAndUnequal) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  const AttentionShape shapes[] = {{1, 1, 1, 2, 2, 64},   {1, 1, 1000, 2, 1, 64},
+                                   {1, 1000, 1, 2, 1, 64}, {2, 17, 127, 3, 3, 64},
+                                   {1, 127, 17, 2, 2, 128}, {1, 1000, 1000, 2, 1, 64}};
+  std::uint64_t seed = 200;
+  for (const auto& s : shapes) {
+    check_case(make_case(s, DType::f16, Layout::bnhd, ++seed));
+    check_case(make_case(s, DType::bf16, Layout::bhnd, ++seed));
+  }
+}
+
+TEST(CudaBackward, GqaRatiosOneToEight) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 300;
+  for (std::int64_t hkv : {8, 4, 2, 1}) {
+    AttentionCase c = make_case({1, 127, 200, 8, hkv, 64}, DType::bf16, Layout::bnhd, ++seed);
+    c.options.causal = hkv % 2 == 0;
+    check_case(c);
+  }
+}
+
+TEST(CudaBackward, CausalBothAlignments) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 400;
+  const AttentionShape shapes[] = {{1, 127, 127, 2, 1, 64}, {1, 17, 300, 2, 2, 128},
+                                   {1, 300, 17, 2, 2, 64},  {1, 1000, 1000, 2, 1, 128}};
+  for (const auto& s : shapes) {
+    for (Alignment a : {Alignment::top_left, Alignment::bottom_right}) {
+      AttentionCase c = make_case(s, seed % 2 ? DType::f16 : DType::bf16, Layout::bhnd, ++seed);
+      c.options.causal = true;
+      c.options.alignment = a;
+      check_case(c);
+    }
+  }
+}
+
+TEST(CudaBackward, SlidingWindows) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  struct W {
+    std::int64_t left, right;
+    bool causal;
+    Alignment align;
+  };
+  const W windows[] = {{32, 8, false, Alignment::top_left},
+                       {100, -1, true, Alignment::bottom_right},
+                       {-1, 0, false, Alignment::top_left},
+                       {0, 0, false, Alignment::bottom_right}};
+  std::uint64_t seed = 500;
+  for (const W& w : windows) {
+    AttentionCase c = make_case({1, 300, 500, 2, 1, 64}, DType::f16, Layout::bnhd, ++seed);
+    c.options.window_left = w.left;
+    c.options.window_right = w.right;
+    c.options.causal = w.causal;
+    c.options.alignment = w.align;
+    check_case(c);
+  }
+}
+
+TEST(CudaBackward, Softcap) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  AttentionCase c = make_case({1, 200, 200, 2, 1, 64}, DType::bf16, Layout::bnhd, 600);
+  c.options.softcap = 2.0f;
+  check_case(c);
+  c = make_case({1, 130, 70, 2, 2, 128}, DType::f16, Layout::bhnd, 601);
+  c.options.softcap = 5.0f;
+  c.options.causal = true;
+  check_case(c);
+}
+
+TEST(CudaBackward, DropoutMatchesTheReferenceMask) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  AttentionCase c = make_case({2, 200, 200, 2, 1, 64}, DType::f16, Layout::bnhd, 700);
+  c.options.dropout_p = 0.2f;
+  c.options.seed = 1234;
+  c.options.offset = 77;
+  check_case(c);
+  c = make_case({1, 127, 300, 4, 2, 128}, DType::bf16, Layout::bhnd, 701);
+  c.options.dropout_p = 0.5f;
+  c.options.seed = 99;
+  c.options.causal = true;
+  c.options.softcap = 3.0f;
+  check_case(c);
+}
+
+TEST(CudaBackward, StridedLse) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  check_case(make_case({2, 100, 100, 2, 1, 64}, DType::f16, Layout::bnhd, 800), Layout::padded);
+}
+
+TEST(CudaBackward, DeterministicModeIsAccurateAndBitIdentical) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 900;
+  for (std::int64_t D : {64, 128, 256}) {
+    AttentionCase c = make_case({2, 300, 300, 4, 2, D}, DType::bf16, Layout::bnhd, ++seed);
+    c.options.deterministic = true;
+    c.options.causal = D == 128;
+    check_case(c);
+    const AttentionInputs in = make_inputs(c);
+    const OracleResult oracle = run_oracle(in, c.options, /*with_backward=*/false);
+    const ForwardOutputs fwd = rounded_forward(oracle.fwd, c.dtype, Layout::bnhd);
+    const Gradients first = cuda_backward(in, fwd, c.options);
+    for (int run = 0; run < 3; ++run) {
+      const Gradients again = cuda_backward(in, fwd, c.options);
+      for (auto [a, b] : {std::pair{&first.dq, &again.dq}, std::pair{&first.dk, &again.dk},
+                          std::pair{&first.dv, &again.dv}}) {
+        EXPECT_EQ(std::memcmp(a->raw(), b->raw(), a->raw_bytes()), 0)
+            << "run " << run << " differs: " << c.describe();
+      }
+    }
+  }
+}
+
+TEST(CudaBackward, DeterministicModeWithMasksDropoutAndGqa) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  AttentionCase c = make_case({1, 17, 300, 4, 1, 96}, DType::f16, Layout::bhnd, 950);
+  c.options.deterministic = true;
+  c.options.causal = true;
+  c.options.alignment = Alignment::bottom_right;
+  c.options.dropout_p = 0.1f;
+  c.options.seed = 5;
+  check_case(c);
+  c = make_case({1, 300, 200, 2, 1, 40}, DType::bf16, Layout::bnhd, 951);
+  c.options.deterministic = true;
+  c.options.window_left = 20;
+  c.options.window_right = 10;
+  check_case(c);
+}
+
+TEST(CudaBackward, EmptySequences) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  for (bool deterministic : {false, true}) {
+    // Nk = 0: no key, dq = 0.
+    AttentionCase c = make_case({2, 17, 0, 2, 1, 64}, DType::f16, Layout::bnhd, 1000);
+    c.options.deterministic = deterministic;
+    {
+      const AttentionInputs in = make_inputs(c);
+      ForwardOutputs fwd{in.q.like(), HostTensor::lse(DType::f32, 2, 2, 17)};
+      fwd.o.fill(0.0);
+      fwd.lse.fill(-std::numeric_limits<double>::infinity());
+      const Gradients g = cuda_backward(in, fwd, c.options);
+      for (double x : g.dq.values()) ASSERT_EQ(x, 0.0);
+    }
+    // Nq = 0: no query, dk = dv = 0.
+    c = make_case({2, 0, 33, 2, 1, 64}, DType::bf16, Layout::bhnd, 1001);
+    c.options.deterministic = deterministic;
+    {
+      const AttentionInputs in = make_inputs(c);
+      const ForwardOutputs fwd{in.q.like(), HostTensor::lse(DType::f32, 2, 2, 0)};
+      const Gradients g = cuda_backward(in, fwd, c.options);
+      for (double x : g.dk.values()) ASSERT_EQ(x, 0.0);
+      for (double x : g.dv.values()) ASSERT_EQ(x, 0.0);
+    }
+  }
+}
+
+TEST(CudaBackward, MisalignedTensorsAreRejectedNotMiscomputed) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  const AttentionCase c = make_case({1, 9, 9, 1, 1, 64}, DType::f16, Layout::padded, 1100);
+  const AttentionInputs in = make_inputs(c);
+  const OracleResult oracle = run_oracle(in, c.options, false);
+  const ForwardOutputs fwd = rounded_forward(oracle.fwd, c.dtype, Layout::bnhd);
+  try {
+    cuda_backward(in, fwd, c.options);
+    FAIL() << "expected flashpp::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace flashpp::test
