@@ -10,6 +10,9 @@
 
 NB_MODULE(_C, m) {
   m.doc() = "flashpp's C++ API for Python (use the flashpp package, not this module)";
+  // Options objects cached by the Python layer live until interpreter exit; nanobind would
+  // report them as leaks.
+  nanobind::set_leak_warnings(false);
   flashpp::python::register_error_translation();
   flashpp::python::bind_attention(m);
   flashpp::python::bind_dropout(m);

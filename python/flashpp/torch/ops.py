@@ -16,18 +16,46 @@ strides); outputs are allocated like their inputs (torch.empty_like keeps a dens
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 from torch import Tensor
+from torch.utils.dlpack import to_dlpack
 
 from .. import _C, _rng
 from .._options import AttentionConfig, to_options
 
 
-def _config(softmax_scale, causal, bottom_right, window_left, window_right, softcap, dropout_p,
-            deterministic, backend) -> AttentionConfig:
-    return AttentionConfig(softmax_scale, causal, bottom_right, window_left, window_right,
-                           softcap, dropout_p, deterministic, backend)
+# Per-call Python work is what a small attention call costs on top of its kernels, so the
+# pieces that depend only on the configuration (and the shapes) are computed once.
+@functools.lru_cache(maxsize=1024)
+def _options(softmax_scale, causal, bottom_right, window_left, window_right, softcap, dropout_p,
+             deterministic, backend, seed, offset):
+    cfg = AttentionConfig(softmax_scale, causal, bottom_right, window_left, window_right,
+                          softcap, dropout_p, deterministic, backend)
+    return to_options(cfg, seed, offset)
+
+
+_workspace_sizes: dict = {}
+
+
+def _workspace_bytes(query, q: Tensor, k: Tensor, v: Tensor, opt, key) -> int:
+    """flashpp's workspace size, asked once per (direction, shapes, dtype, device, options):
+    it depends on nothing else."""
+    key = (query, q.shape, k.shape, q.dtype, q.device, key)
+    size = _workspace_sizes.get(key)
+    if size is None:
+        size = query(_dl(q), _dl(k), _dl(v), opt)
+        if len(_workspace_sizes) > 4096:
+            _workspace_sizes.clear()
+        _workspace_sizes[key] = size
+    return size
+
+
+def _dl(t: Tensor):
+    # A DLPack capsule straight from torch (public torch.utils.dlpack.to_dlpack): several times
+    # cheaper per tensor than the __dlpack__ protocol method, and nanobind accepts capsules.
+    return to_dlpack(t)
 
 
 def _stream(t: Tensor) -> int:
@@ -72,17 +100,19 @@ def attention_fwd(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(o, lse, rng_state): o like q, lse float32 [B, Hq, Nq], rng_state int64 [2] on the CPU
     holding the (seed, offset) the dropout mask was made with (the backward regenerates it)."""
-    cfg = _config(softmax_scale, causal, bottom_right, window_left, window_right, softcap,
-                  dropout_p, deterministic, backend)
+    config = (softmax_scale, causal, bottom_right, window_left, window_right, softcap, dropout_p,
+              deterministic, backend)
     seed, offset = _resolve_rng(dropout_p, seed, offset)
     o = _output_like(q)
     q, k, v = (_last_dim_contiguous(t.detach()) for t in (q, k, v))
     B, Nq, Hq, _ = q.shape
     lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
-    opt = to_options(cfg, seed, offset)
+    opt = _options(*config, seed, offset)
     with _on_device(q):
-        workspace = _workspace(_C.forward_workspace_size(q, k, v, opt), q)
-        _C.forward(q, k, v, o, lse, opt, _stream(q), workspace)
+        nbytes = _workspace_bytes(_C.forward_workspace_size, q, k, v, opt, config)
+        workspace = _workspace(nbytes, q)
+        _C.forward(_dl(q), _dl(k), _dl(v), _dl(o), _dl(lse), opt, _stream(q),
+                   None if workspace is None else _dl(workspace))
     return o, lse, torch.tensor([seed, offset], dtype=torch.int64)
 
 
@@ -101,15 +131,17 @@ def attention_bwd(
     softcap: float, dropout_p: float, deterministic: bool, backend: str,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv), each like its input; dk, dv sum over the query heads of a kv head."""
-    cfg = _config(softmax_scale, causal, bottom_right, window_left, window_right, softcap,
-                  dropout_p, deterministic, backend)
+    config = (softmax_scale, causal, bottom_right, window_left, window_right, softcap, dropout_p,
+              deterministic, backend)
     seed, offset = (int(x) for x in rng_state.tolist())  # a CPU tensor: no device sync
     dq, dk, dv = _output_like(q), _output_like(k), _output_like(v)
     q, k, v, o, dout = (_last_dim_contiguous(t.detach()) for t in (q, k, v, o, dout))
-    opt = to_options(cfg, seed, offset)
+    opt = _options(*config, seed, offset)
     with _on_device(q):
-        workspace = _workspace(_C.backward_workspace_size(q, k, v, opt), q)
-        _C.backward(q, k, v, o, lse.detach(), dout, dq, dk, dv, opt, _stream(q), workspace)
+        nbytes = _workspace_bytes(_C.backward_workspace_size, q, k, v, opt, config)
+        workspace = _workspace(nbytes, q)
+        _C.backward(_dl(q), _dl(k), _dl(v), _dl(o), _dl(lse.detach()), _dl(dout), _dl(dq),
+                    _dl(dk), _dl(dv), opt, _stream(q), None if workspace is None else _dl(workspace))
     return dq, dk, dv
 
 
