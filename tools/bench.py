@@ -236,6 +236,12 @@ def main():
     impls = providers(args.providers)
     configs = [(dt, D, N, c == "yes") for dt in args.dtypes for D in args.dims
                for c in args.causal for N in args.seqlens]
+    fields = ["provider", "dtype", "B", "H", "D", "N", "causal", "fwd_ms", "bwd_ms",
+              "fwd_tflops", "bwd_tflops", "extra_mib", "err_vs_first", "error"]
+    csv_path = os.path.join(args.out_dir, "bench.csv")
+    csv_file = open(csv_path, "w", newline="")  # written row by row: a cut-off run keeps its rows
+    writer = csv.DictWriter(csv_file, fieldnames=fields)
+    writer.writeheader()
     rows, bar = [], progress(len(configs) * len(impls))
     for dt, D, N, causal in configs:
         reference = None
@@ -259,16 +265,12 @@ def main():
             except Exception as e:  # a backend that refuses this shape: recorded, not fatal
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
             rows.append(row)
+            writer.writerow(row)
+            csv_file.flush()
             torch.cuda.empty_cache()
             bar.update(1)
     bar.close()
-    fields = ["provider", "dtype", "B", "H", "D", "N", "causal", "fwd_ms", "bwd_ms",
-              "fwd_tflops", "bwd_tflops", "extra_mib", "err_vs_first", "error"]
-    csv_path = os.path.join(args.out_dir, "bench.csv")
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
+    csv_file.close()
     pngs = plot(rows, list(impls), args.out_dir)
     errors = [r for r in rows if "error" in r]
     for r in errors:

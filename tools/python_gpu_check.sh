@@ -5,6 +5,7 @@
 #
 #   bash tools/python_gpu_check.sh            logs and plots under $OUT (or gpu-out/)
 #   ARCHS="80;90a" BENCH="--dtypes fp16 bf16" bash tools/python_gpu_check.sh
+#   DEADLINE_S=560: finish within that many seconds (pytest and the bench get what is left)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
@@ -26,7 +27,8 @@ echo "installed in $(( $(date +%s) - start )) s"
 python3 -c "import flashpp; print('flashpp', flashpp.__version__, 'cuda compiled', flashpp.cuda_compiled(), 'available', flashpp.cuda_available())"
 
 echo "== pytest"
-PYTHONUNBUFFERED=1 python3 -m pytest -q -s -rs -p no:cacheprovider tests/python ${PYTEST_ARGS:-} \
+left() { echo $(( ${DEADLINE_S:-100000} - ($(date +%s) - start) )); }
+PYTHONUNBUFFERED=1 timeout $(( $(left) - 150 > 60 ? $(left) - 150 : 60 )) python3 -m pytest -q -s -rs -p no:cacheprovider tests/python ${PYTEST_ARGS:-} \
   > "$out/pytest.log" 2>&1
 test_rc=$?
 grep -E "passed|failed|error" "$out/pytest.log" | tail -3
@@ -36,7 +38,7 @@ if [ "${BENCH:-quick}" != "none" ]; then
   echo "== bench"
   bench_args=${BENCH:---quick}
   [ "$bench_args" = quick ] && bench_args=--quick
-  python3 tools/bench.py $bench_args --out-dir "$out" > "$out/bench.log" 2> "$out/bench.progress"
+  timeout $(( $(left) - 15 > 30 ? $(left) - 15 : 30 )) python3 tools/bench.py $bench_args --out-dir "$out" > "$out/bench.log" 2> "$out/bench.progress"
   bench_rc=$?
 fi
 
@@ -44,5 +46,10 @@ echo "== summary ($(( $(date +%s) - start )) s)"
 grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -30
 sed -n '/^step  sdpa/,/^last/p' "$out/pytest.log"  # the tiny-GPT loss curves
 tail -3 "$out/pytest.log"
-[ "$bench_rc" -eq 0 ] && sed -n '/^wrote/,$p' "$out/bench.log" || tail -20 "$out/bench.progress"
+if [ "$bench_rc" -eq 0 ]; then
+  sed -n '/^wrote/,$p' "$out/bench.log"
+elif [ -s "$out/bench.csv" ]; then  # cut off: the rows measured so far
+  tail -3 "$out/bench.progress"
+  cut -d, -f1,2,5,6,7,10,11,14 "$out/bench.csv" | column -s, -t
+fi
 exit $(( test_rc != 0 || bench_rc != 0 ))
