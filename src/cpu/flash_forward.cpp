@@ -40,7 +40,7 @@ struct ForwardScratch {
         alpha(kQueryTile),
         row(D) {}
   ScratchTile q_t;    // [D][kQueryTile]  scale * Q_i, transposed
-  ScratchTile k, v;   // [kKeyTile][D]  converted K_j, V_j (f16 / bf16 only)
+  ScratchTile k, v;   // [kKeyTile][D]  K_j, V_j as float32
   ScratchTile s_t;    // [kKeyTile][kQueryTile]  scores, then probabilities
   ScratchTile z_t;    // [kKeyTile][kQueryTile]  dropout factors
   ScratchTile o;      // [kQueryTile][D]  unnormalised output
@@ -71,11 +71,11 @@ void finalize_and_store(const detail::ForwardArgs& a, std::int64_t b, std::int64
 }
 
 void forward_query_tile(const detail::ForwardArgs& a, std::int64_t b, std::int64_t h,
-                        std::int64_t i0, ForwardScratch& s) {
+                        std::int64_t i0, std::int64_t query_tile, ForwardScratch& s) {
   const detail::Problem& p = a.problem;
   const std::int64_t D = p.D;
   const std::int64_t hk = h / p.heads_per_kv();
-  const std::int64_t q_rows = std::min(kQueryTile, p.Nq - i0);
+  const std::int64_t q_rows = std::min(query_tile, p.Nq - i0);
   const std::int64_t q_cols = round_up(q_rows, 16);  // lanes computed (padding lanes are zero)
   const auto bh = static_cast<std::uint32_t>(b * p.Hq + h);
 
@@ -93,11 +93,15 @@ void forward_query_tile(const detail::ForwardArgs& a, std::int64_t b, std::int64
     const std::int64_t j1 = std::min(j0 + kKeyTile, p.Nk);
     if (masked && p.mask.tile_fully_hidden(i0, i0 + q_rows, j0, j1)) continue;
     const std::int64_t kv_rows = j1 - j0;
-    const RowsView k = view_tile_rows(a.k, b, j0, kv_rows, hk, D, s.k.get());
-    const RowsView v = view_tile_rows(a.v, b, j0, kv_rows, hk, D, s.v.get());
+    // K_j, V_j are copied (and converted) into contiguous tiles even for f32: the caller's rows
+    // may lie a page apart ([B, N, H, D] layout), and both products walk them many times.
+    load_tile_rows(a.k, b, j0, kv_rows, hk, D, s.k.get(), D, kv_rows);
+    load_tile_rows(a.v, b, j0, kv_rows, hk, D, s.v.get(), D, kv_rows);
+    const float* k = s.k.get();
+    const float* v = s.v.get();
 
     float* st = s.s_t.get();
-    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, k.ptr, k.ld, s.q_t.get(), kQueryTile, st,
+    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, k, D, s.q_t.get(), kQueryTile, st,
                                   kQueryTile, false);
     if (p.softcap > 0.0f) apply_softcap(st, kQueryTile, kv_rows, q_cols, p.softcap);
     if (masked && !p.mask.tile_fully_visible(i0, i0 + q_rows, j0, j1)) {
@@ -114,7 +118,7 @@ void forward_query_tile(const detail::ForwardArgs& a, std::int64_t b, std::int64
       }
     }
     // O[r][:] += sum_c P~t[c][r] V[c][:]: P~ read column-major from the key-major tile.
-    tile_gemm<ALayout::col_major>(q_rows, D, kv_rows, st, kQueryTile, v.ptr, v.ld, s.o.get(), D,
+    tile_gemm<ALayout::col_major>(q_rows, D, kv_rows, st, kQueryTile, v, D, s.o.get(), D,
                                   true);
   }
   finalize_and_store(a, b, h, i0, q_rows, s);
@@ -125,7 +129,8 @@ void forward_query_tile(const detail::ForwardArgs& a, std::int64_t b, std::int64
 void flash_forward(const detail::ForwardArgs& a) {
   const detail::Problem& p = a.problem;
   if (p.B == 0 || p.Hq == 0 || p.Nq == 0) return;
-  const std::int64_t q_tiles = (p.Nq + kQueryTile - 1) / kQueryTile;
+  const std::int64_t query_tile = choose_query_tile(p.B * p.Hq, p.Nq);
+  const std::int64_t q_tiles = (p.Nq + query_tile - 1) / query_tile;
   const std::int64_t tasks = p.B * p.Hq * q_tiles;
 #pragma omp parallel
   {
@@ -134,7 +139,7 @@ void flash_forward(const detail::ForwardArgs& a) {
     for (std::int64_t t = 0; t < tasks; ++t) {
       const std::int64_t tile = t % q_tiles;
       const std::int64_t bh = t / q_tiles;
-      forward_query_tile(a, bh / p.Hq, bh % p.Hq, tile * kQueryTile, scratch);
+      forward_query_tile(a, bh / p.Hq, bh % p.Hq, tile * query_tile, query_tile, scratch);
     }
   }
 }

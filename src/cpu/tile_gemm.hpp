@@ -10,7 +10,7 @@
 //
 // AVX-512: a register-blocked micro-kernel holds a kRows x (kVectors*16) block of C in 24 zmm
 // accumulators; per step of k it loads kVectors vectors of B, broadcasts kRows elements of A and
-// issues kRows*kVectors FMAs (24 FMAs for 10 loads, enough to keep both FMA ports busy). The
+// issues kRows*kVectors FMAs (24 FMAs for 10 or 14 loads, enough to keep both FMA ports busy). The
 // last vector of a row is loaded and stored under a mask, so N needs no padding.
 // Without AVX-512 a plain loop nest is used (the compiler vectorises its inner loop).
 #pragma once
@@ -29,8 +29,6 @@ enum class ALayout { row_major, col_major };
 
 namespace gemm_detail {
 
-inline constexpr int kRows = 6;     // rows of C per micro-kernel
-inline constexpr int kVectors = 4;  // 16-float vectors of C per row per micro-kernel
 
 template <ALayout layout>
 inline float a_element(const float* a, std::int64_t lda, int m, std::int64_t k) {
@@ -76,67 +74,98 @@ inline void micro_kernel(std::int64_t K, const float* a, std::int64_t lda, const
   }
 }
 
-template <ALayout layout, int ROWS>
+template <ALayout layout, int ROWS, int MAX_VECS>
 inline void micro_kernel_rows(int vecs, std::int64_t K, const float* a, std::int64_t lda,
                               const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                               __mmask16 tail, bool accumulate) {
-  switch (vecs) {
-    case 1: micro_kernel<layout, ROWS, 1>(K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
-    case 2: micro_kernel<layout, ROWS, 2>(K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
-    case 3: micro_kernel<layout, ROWS, 3>(K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
-    default: micro_kernel<layout, ROWS, 4>(K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
+  if constexpr (MAX_VECS > 1) {
+    if (vecs < MAX_VECS) {
+      micro_kernel_rows<layout, ROWS, MAX_VECS - 1>(vecs, K, a, lda, b, ldb, c, ldc, tail,
+                                                    accumulate);
+      return;
+    }
   }
+  micro_kernel<layout, ROWS, MAX_VECS>(K, a, lda, b, ldb, c, ldc, tail, accumulate);
 }
 
-template <ALayout layout>
+// Edge blocks: `rows` <= MAX_ROWS rows and `vecs` <= MAX_VECS vectors, picked by recursion
+// over the template arguments.
+template <ALayout layout, int MAX_ROWS, int MAX_VECS>
 inline void micro_kernel_any(int rows, int vecs, std::int64_t K, const float* a, std::int64_t lda,
                              const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                              __mmask16 tail, bool accumulate) {
-  switch (rows) {
-    case 1: micro_kernel_rows<layout, 1>(vecs, K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
-    case 2: micro_kernel_rows<layout, 2>(vecs, K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
-    case 3: micro_kernel_rows<layout, 3>(vecs, K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
-    case 4: micro_kernel_rows<layout, 4>(vecs, K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
-    case 5: micro_kernel_rows<layout, 5>(vecs, K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
-    default: micro_kernel_rows<layout, 6>(vecs, K, a, lda, b, ldb, c, ldc, tail, accumulate); break;
+  if constexpr (MAX_ROWS > 1) {
+    if (rows < MAX_ROWS) {
+      micro_kernel_any<layout, MAX_ROWS - 1, MAX_VECS>(rows, vecs, K, a, lda, b, ldb, c, ldc,
+                                                       tail, accumulate);
+      return;
+    }
   }
+  micro_kernel_rows<layout, MAX_ROWS, MAX_VECS>(vecs, K, a, lda, b, ldb, c, ldc, tail,
+                                                accumulate);
 }
 
 }  // namespace gemm_detail
 
+// The register block of one micro-kernel: kRows rows x kVectors 16-float vectors of C, at most
+// 24 accumulators so that B's vectors and A's broadcast fit the other 8 zmm registers.
+//   wide  (6 x 64): best where B's K x 64 panel fits L1 (short K, e.g. K = a key tile)
+//   tall (12 x 32): half the B panel per block, for long K (K = D up to 256)
+template <int ROWS, int VECS>
+struct BlockShape {
+  static constexpr int kRows = ROWS;
+  static constexpr int kVectors = VECS;
+};
+using WideBlock = BlockShape<6, 4>;
+using TallBlock = BlockShape<12, 2>;
+
 // C = A B (accumulate == false) or C += A B (accumulate == true). With K == 0 and
 // accumulate == false, C is zeroed.
-template <ALayout layout>
+template <ALayout layout, typename Shape = WideBlock>
 inline void tile_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* a,
                       std::int64_t lda, const float* b, std::int64_t ldb, float* c,
                       std::int64_t ldc, bool accumulate) {
   using namespace gemm_detail;
+  constexpr int kRows = Shape::kRows, kVectors = Shape::kVectors;
   constexpr std::int64_t kCols = kVectors * 16;
-  // Column blocks outside, row blocks inside: the K x kCols panel of B stays in L1 while every
-  // row block of A streams past it.
+  // Column blocks outside, then chunks of K, then row blocks: the kDepth x kCols panel of B
+  // (16 KiB for the wide block) stays in L1 while every row block of A streams past it; C is
+  // reloaded once per chunk, which costs little next to kDepth steps of FMAs.
+  constexpr std::int64_t kDepth = 4096 / kCols;
   for (std::int64_t n0 = 0; n0 < N; n0 += kCols) {
     const std::int64_t cols = N - n0 < kCols ? N - n0 : kCols;
     const int vecs = static_cast<int>((cols + 15) / 16);
     const int tail_count = static_cast<int>(cols - (vecs - 1) * 16);
     const __mmask16 tail = static_cast<__mmask16>((1u << tail_count) - 1u);
-    for (std::int64_t m0 = 0; m0 < M; m0 += kRows) {
-      const int rows = static_cast<int>(M - m0 < kRows ? M - m0 : kRows);
-      const float* a_block = layout == ALayout::row_major ? a + m0 * lda : a + m0;
-      float* c_block = c + m0 * ldc + n0;
-      if (rows == kRows && vecs == kVectors) {
-        micro_kernel<layout, kRows, kVectors>(K, a_block, lda, b + n0, ldb, c_block, ldc, tail,
-                                              accumulate);
-      } else {
-        micro_kernel_any<layout>(rows, vecs, K, a_block, lda, b + n0, ldb, c_block, ldc, tail,
-                                 accumulate);
+    std::int64_t k0 = 0;
+    do {  // at least once, so that K == 0 still zeroes C
+      const std::int64_t depth = K - k0 < kDepth ? K - k0 : kDepth;
+      const bool acc = accumulate || k0 > 0;
+      const float* a_chunk = layout == ALayout::row_major ? a + k0 : a + k0 * lda;
+      const float* b_chunk = b + k0 * ldb + n0;
+      for (std::int64_t m0 = 0; m0 < M; m0 += kRows) {
+        const int rows = static_cast<int>(M - m0 < kRows ? M - m0 : kRows);
+        const float* a_block = layout == ALayout::row_major ? a_chunk + m0 * lda : a_chunk + m0;
+        float* c_block = c + m0 * ldc + n0;
+        if (rows == kRows && vecs == kVectors) {
+          micro_kernel<layout, kRows, kVectors>(depth, a_block, lda, b_chunk, ldb, c_block, ldc,
+                                                tail, acc);
+        } else {
+          micro_kernel_any<layout, kRows, kVectors>(rows, vecs, depth, a_block, lda, b_chunk, ldb,
+                                                    c_block, ldc, tail, acc);
+        }
       }
-    }
+      k0 += depth;
+    } while (k0 < K);
   }
 }
 
 #else  // portable fallback: the same contract, plain loops
 
-template <ALayout layout>
+struct WideBlock {};
+struct TallBlock {};
+
+template <ALayout layout, typename Shape = WideBlock>
 inline void tile_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* a,
                       std::int64_t lda, const float* b, std::int64_t ldb, float* c,
                       std::int64_t ldc, bool accumulate) {
