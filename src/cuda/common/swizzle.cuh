@@ -35,6 +35,8 @@ struct SwizzledTile {
     const int xor_bits = kPanelChunks == 8 ? (row & 7) : ((row >> 1) & 3);
     return panel * kPanelElements + (row * kPanelChunks + (in_panel ^ xor_bits)) * 8;
   }
+  // Moving down by `rows` (a multiple of 8) keeps the XOR term: the offset just grows by this.
+  static constexpr int kRowStepElements(int rows) { return rows * kPanelChunks * 8; }
   // Element offset of (row, col) where col is a multiple of 8.
   __device__ __forceinline__ static int offset(int row, int col) { return chunk_offset(row, col / 8); }
 };

@@ -1,0 +1,440 @@
+// The FlashAttention-2 forward for sm80+ (Ampere, Ada, and Hopper through mma.sync).
+//
+// One thread block computes one query tile (block_m rows) of one (batch, head):
+//   1. the Q tile is copied to shared memory once;
+//   2. K/V tiles of block_n keys stream through a ring of `stages` shared-memory buffers with
+//      cp.async, the next tiles loading while the current one is used;
+//   3. per K/V tile, each warp computes its rows of S = Q K^T with mma.sync into registers, masks
+//      (only on tiles that need it), updates the running row max and sum (online softmax, exp2
+//      with scale*log2(e) folded in), converts P to 16 bits in registers and adds P V into the
+//      float32 O accumulator, also in registers;
+//   4. O is divided by the row sum and stored; lse = max*scale + ln(sum) is stored.
+// Tiles that the mask hides entirely are never visited; rows that see no key give O = 0 and
+// lse = -inf.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "../../common/cp_async.cuh"
+#include "../../common/ldmatrix.cuh"
+#include "../../common/math.cuh"
+#include "../../common/mma.cuh"
+#include "../../common/swizzle.cuh"
+#include "../../common/warp_reduce.cuh"
+#include "params.hpp"
+
+namespace flashpp::cuda::sm80 {
+
+// Compile-time shape of one instantiation: element type, head dim and tile config.
+template <typename Element_, int kHeadDim_, typename Config>
+struct ForwardTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = Config::block_m;
+  static constexpr int kBlockN = Config::block_n;
+  static constexpr int kWarps = Config::warps;
+  static constexpr int kStages = Config::stages;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRowsPerWarp = kBlockM / kWarps;
+  static constexpr int kMTiles = kRowsPerWarp / 16;  // 16-row mma tiles per warp
+  static constexpr int kNTiles = kBlockN / 8;        // 8-key column tiles of S
+  static constexpr int kDTiles = kHeadDim / 8;       // 8-wide column tiles of O
+  static_assert(kRowsPerWarp % 16 == 0, "each warp owns a multiple of 16 query rows");
+  static_assert(kBlockN % 16 == 0 && kHeadDim % 32 == 0, "tile shapes");
+  static_assert(kStages >= 2, "the K/V ring needs at least two stages");
+
+  using QTile = SwizzledTile<kBlockM, kHeadDim>;
+  using KVTile = SwizzledTile<kBlockN, kHeadDim>;
+  static constexpr int kSmemBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Global -> shared copies
+// ---------------------------------------------------------------------------------------------
+
+// Issues the cp.async copies of a [Tile rows x head dim] tile whose row r starts at
+// gmem + r * row_stride. Rows >= rows_valid and chunks >= chunks_valid (past the true head dim)
+// are zero-filled, so the products over them add exact zeros.
+//
+// When the block's threads cover whole rows (kThreads a multiple of the chunks per row, and the
+// rows covered per pass a multiple of 8), each thread keeps one chunk column and steps down by
+// a fixed number of rows: the swizzle term is then the same for every step, and the addresses
+// advance by constants instead of being recomputed (and kept live) per chunk.
+template <typename Tile, int kThreads, typename Element>
+__device__ __forceinline__ void load_tile_async(Element* smem, const Element* gmem,
+                                                std::int64_t row_stride, std::int64_t rows_valid,
+                                                int chunks_valid, int tid) {
+  constexpr int kTotal = Tile::kElements / 8;
+  static_assert(kTotal % kThreads == 0, "every thread copies the same number of chunks");
+  constexpr bool kWholeRows =
+      kThreads % Tile::kChunks == 0 && (kThreads / Tile::kChunks) % 8 == 0;
+  if constexpr (kWholeRows) {
+    constexpr int kRowStep = kThreads / Tile::kChunks;
+    const int row0 = tid / Tile::kChunks;
+    const int chunk = tid % Tile::kChunks;
+    const bool chunk_valid = chunk < chunks_valid;
+    Element* dst = smem + Tile::chunk_offset(row0, chunk);
+    const Element* src = gmem + row0 * row_stride + chunk * 8;
+#pragma unroll
+    for (int i = 0; i < kTotal / kThreads; ++i) {
+      const bool valid = chunk_valid && row0 + i * kRowStep < rows_valid;
+      cp_async_16(dst + i * Tile::kRowStepElements(kRowStep), valid ? src : gmem, valid);
+      src += kRowStep * row_stride;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kTotal / kThreads; ++i) {
+      const int e = tid + i * kThreads;
+      const int row = e / Tile::kChunks;
+      const int chunk = e % Tile::kChunks;
+      const bool valid = row < rows_valid && chunk < chunks_valid;
+      const Element* src = valid ? gmem + row * row_stride + chunk * 8 : gmem;
+      cp_async_16(smem + Tile::chunk_offset(row, chunk), src, valid);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-warp tile products (fragment layouts: see common/mma.cuh and common/ldmatrix.cuh)
+// ---------------------------------------------------------------------------------------------
+
+// S[mt][nt] = Q(rows of this warp) K(tile)^T, accumulated over the head dim.
+template <typename Traits>
+__device__ __forceinline__ void compute_scores(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
+                                               const typename Traits::Element* q_smem,
+                                               const typename Traits::Element* k_smem,
+                                               int warp_row0, int lane) {
+  using Element = typename Traits::Element;
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < Traits::kNTiles; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[mt][nt][c] = 0.0f;
+
+#pragma unroll
+  for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+    // A fragments: lanes 0-15 address rows 0-15 at column kk*16, lanes 16-31 at kk*16 + 8.
+    std::uint32_t a[Traits::kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < Traits::kMTiles; ++mt) {
+      const int row = warp_row0 + mt * 16 + (lane & 15);
+      const int col = kk * 16 + (lane >> 4) * 8;
+      ldmatrix_x4(a[mt], shared_address(q_smem + Traits::QTile::offset(row, col)));
+    }
+    // B fragments for two 8-key tiles at once: matrices (keys 0-7 | 8-15) x (d 0-7 | 8-15).
+#pragma unroll
+    for (int np = 0; np < Traits::kNTiles / 2; ++np) {
+      std::uint32_t b[4];
+      const int row = np * 16 + (lane & 7) + ((lane >> 4) << 3);
+      const int col = kk * 16 + ((lane >> 3) & 1) * 8;
+      ldmatrix_x4(b, shared_address(k_smem + Traits::KVTile::offset(row, col)));
+      const std::uint32_t b_lo[2] = {b[0], b[1]};
+      const std::uint32_t b_hi[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mt = 0; mt < Traits::kMTiles; ++mt) {
+        mma_m16n8k16<Element>(s[mt][2 * np], a[mt], b_lo);
+        mma_m16n8k16<Element>(s[mt][2 * np + 1], a[mt], b_hi);
+      }
+    }
+  }
+}
+
+// O[mt][dt] += P[mt] V(tile). P arrives as float accumulators of S's layout; two adjacent 8-key
+// tiles of it are exactly one 16x16 A fragment once packed to 16 bits.
+template <typename Traits>
+__device__ __forceinline__ void accumulate_pv(float (&o)[Traits::kMTiles][Traits::kDTiles][4],
+                                              const float (&p)[Traits::kMTiles][Traits::kNTiles][4],
+                                              const typename Traits::Element* v_smem, int lane) {
+  using Element = typename Traits::Element;
+#pragma unroll
+  for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) {
+    std::uint32_t a[Traits::kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < Traits::kMTiles; ++mt) {
+      a[mt][0] = pack_pair<Element>(p[mt][2 * kk][0], p[mt][2 * kk][1]);
+      a[mt][1] = pack_pair<Element>(p[mt][2 * kk][2], p[mt][2 * kk][3]);
+      a[mt][2] = pack_pair<Element>(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
+      a[mt][3] = pack_pair<Element>(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
+    }
+    // V is [key][d] in shared memory; the transposed ldmatrix yields B fragments (k = key):
+    // matrices (keys 0-7 | 8-15) x (d 0-7 | 8-15), lanes 0-15 rows at d, lanes 16-31 at d + 8.
+#pragma unroll
+    for (int dp = 0; dp < Traits::kHeadDim / 16; ++dp) {
+      std::uint32_t b[4];
+      const int row = kk * 16 + (lane & 15);
+      const int col = dp * 16 + (lane >> 4) * 8;
+      ldmatrix_x4_trans(b, shared_address(v_smem + Traits::KVTile::offset(row, col)));
+      const std::uint32_t b_lo[2] = {b[0], b[1]};
+      const std::uint32_t b_hi[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mt = 0; mt < Traits::kMTiles; ++mt) {
+        mma_m16n8k16<Element>(o[mt][2 * dp], a[mt], b_lo);
+        mma_m16n8k16<Element>(o[mt][2 * dp + 1], a[mt], b_hi);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Element-wise steps on the score accumulators
+// ---------------------------------------------------------------------------------------------
+// Accumulator element c of tile (mt, nt) in lane (g = lane/4, t = lane%4) is
+//   row  warp_row0 + mt*16 + g + 8*(c/2),   key  nt*8 + 2t + (c%2).
+
+// Logit soft-capping, kept in "pre-scale" units so the softmax path stays the same:
+// s <- (c / scale) * tanh(s * scale / c), i.e. scale * s' = c * tanh(scale * s / c).
+template <typename Traits>
+__device__ __forceinline__ void apply_softcap(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
+                                              const ForwardParams& p) {
+  const float inner = p.scale / p.softcap;
+  const float outer = p.softcap / p.scale;
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < Traits::kNTiles; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[mt][nt][c] = outer * tanhf(s[mt][nt][c] * inner);
+}
+
+// Hidden elements (outside [0, Nk) or outside the causal/window band) become -inf. Called only
+// on tiles that are not fully visible.
+template <typename Traits>
+__device__ __forceinline__ void apply_mask(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
+                                           const ForwardParams& p, std::int64_t row0,
+                                           std::int64_t key0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < Traits::kNTiles; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const std::int64_t i = row0 + mt * 16 + g + 8 * (c >> 1);
+        const std::int64_t j = key0 + nt * 8 + 2 * t + (c & 1);
+        if (j >= p.Nk || !p.mask.visible(i, j)) s[mt][nt][c] = -INFINITY;
+      }
+}
+
+// Online softmax: raises the running row max to include this tile, rescales the running sum
+// and the O accumulator by exp2((m_old - m_new) * scale*log2e), and replaces the scores by
+// P = exp2(s * scale*log2e - m_new * scale*log2e) (one FFMA and one EX2 per element).
+// row_max is in raw score units; row_sum is this lane's partial sum (reduced over the quad once,
+// at the end). A row whose max is still -inf uses 0 as its reference, so P = 0, not NaN.
+template <typename Traits>
+__device__ __forceinline__ void online_softmax_update(
+    float (&s)[Traits::kMTiles][Traits::kNTiles][4], float (&o)[Traits::kMTiles][Traits::kDTiles][4],
+    float (&row_max)[Traits::kMTiles][2], float (&row_sum)[Traits::kMTiles][2], float scale_log2) {
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < Traits::kNTiles; ++nt)
+        tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+      tile_max = quad_max(tile_max);
+      const float new_max = fmaxf(row_max[mt][half], tile_max);
+      const float reference = new_max == -INFINITY ? 0.0f : new_max;
+      const float correction = fast_exp2((row_max[mt][half] - reference) * scale_log2);
+      row_max[mt][half] = new_max;
+      row_sum[mt][half] *= correction;
+#pragma unroll
+      for (int dt = 0; dt < Traits::kDTiles; ++dt) {
+        o[mt][dt][2 * half] *= correction;
+        o[mt][dt][2 * half + 1] *= correction;
+      }
+      const float offset = -reference * scale_log2;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < Traits::kNTiles; ++nt)
+#pragma unroll
+        for (int c = 2 * half; c < 2 * half + 2; ++c) {
+          s[mt][nt][c] = fast_exp2(fmaf(s[mt][nt][c], scale_log2, offset));
+          sum += s[mt][nt][c];
+        }
+      row_sum[mt][half] += sum;
+    }
+}
+
+// Dropout on P (after the row sums took P undropped: lse ignores dropout). The keep decision of
+// (row i, key j) comes from the shared Philox stream (common/philox.hpp): one call serves keys
+// 4*(j/4)..+3, and this lane's two keys 2t, 2t+1 of a tile lie in one such group. The 1/(1-p)
+// factor is applied once to O at the end.
+template <typename Traits>
+__device__ __forceinline__ void apply_dropout(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
+                                              const ForwardParams& p, std::uint32_t bh,
+                                              std::int64_t row0, std::int64_t key0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const auto i = static_cast<std::uint32_t>(row0 + mt * 16 + g + 8 * half);
+#pragma unroll
+      for (int nt = 0; nt < Traits::kNTiles; ++nt) {
+        const auto j = static_cast<std::uint32_t>(key0 + nt * 8 + 2 * t);
+        const detail::PhiloxResult words = detail::dropout_random_words(p.dropout, bh, i, j);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (!detail::dropout_keep_word(words.r[(j + e) & 3u], p.dropout.threshold))
+            s[mt][nt][2 * half + e] = 0.0f;
+        }
+      }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Epilogue
+// ---------------------------------------------------------------------------------------------
+
+// O = O / sum (times 1/(1-p) under dropout), stored for rows < Nq and columns < D; lse per row.
+template <typename Traits>
+__device__ __forceinline__ void write_output(float (&o)[Traits::kMTiles][Traits::kDTiles][4],
+                                             const float (&row_max)[Traits::kMTiles][2],
+                                             float (&row_sum)[Traits::kMTiles][2],
+                                             const ForwardParams& p, std::int64_t b,
+                                             std::int64_t h, std::int64_t row0, int lane) {
+  using Element = typename Traits::Element;
+  const int g = lane >> 2, t = lane & 3;
+  Element* o_base = static_cast<Element*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
+  const float keep_scale = p.dropout.threshold != 0 ? p.dropout.keep_scale : 1.0f;
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t i = row0 + mt * 16 + g + 8 * half;
+      const float sum = quad_sum(row_sum[mt][half]);
+      const bool empty_row = !(sum > 0.0f);  // no visible key: O = 0, lse = -inf
+      const float factor = empty_row ? 0.0f : keep_scale / sum;
+      if (i < p.Nq) {
+        Element* o_row = o_base + i * p.o_row_stride;
+#pragma unroll
+        for (int dt = 0; dt < Traits::kDTiles; ++dt) {
+          const int col = dt * 8 + 2 * t;
+          if (col < p.head_dim) {
+            *reinterpret_cast<std::uint32_t*>(o_row + col) = pack_pair<Element>(
+                o[mt][dt][2 * half] * factor, o[mt][dt][2 * half + 1] * factor);
+          }
+        }
+        if (p.lse != nullptr && t == 0) {
+          const float lse = empty_row ? -INFINITY : row_max[mt][half] * p.scale + logf(sum);
+          p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride] = lse;
+        }
+      }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel
+// ---------------------------------------------------------------------------------------------
+
+// kExtras: the instantiation that also handles softcap and dropout (runtime-checked inside);
+// the plain one leaves their code out so it does not cost registers on the common path.
+template <typename Traits, bool kExtras>
+__global__ void __launch_bounds__(Traits::kThreads)
+    flash_fwd_kernel(const __grid_constant__ ForwardParams p) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kStages = Traits::kStages;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Element* q_smem = reinterpret_cast<Element*>(smem_raw);
+  Element* kv_smem = q_smem + Traits::QTile::kElements;  // stage s: K at 2s, V at 2s+1
+  auto k_stage = [&](int s) { return kv_smem + (2 * s) * Traits::KVTile::kElements; };
+  auto v_stage = [&](int s) { return kv_smem + (2 * s + 1) * Traits::KVTile::kElements; };
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // Later query tiles see more keys under a causal mask: start them first (less tail idling).
+  const std::int64_t m_block = gridDim.x - 1 - blockIdx.x;
+  const std::int64_t bh = p.bh_offset + blockIdx.y;
+  const std::int64_t b = bh / p.Hq, h = bh % p.Hq, h_kv = h / p.heads_per_kv;
+  const std::int64_t m0 = m_block * kBlockM;
+  const std::int64_t m_end = m0 + kBlockM < p.Nq ? m0 + kBlockM : p.Nq;
+  const int warp_row0 = warp * Traits::kRowsPerWarp;
+
+  float o[Traits::kMTiles][Traits::kDTiles][4];
+  float row_max[Traits::kMTiles][2], row_sum[Traits::kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < Traits::kDTiles; ++dt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) o[mt][dt][c] = 0.0f;
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.0f;
+  }
+
+  // The keys any row of this tile sees: [first_key(m0), last_key(m_end - 1)] (the mask's bounds
+  // grow with the row). Tiles outside are skipped; an empty range writes O = 0, lse = -inf.
+  const std::int64_t key_first = p.mask.first_key(m0);
+  const std::int64_t key_last = p.mask.last_key(m_end - 1, p.Nk);
+  if (key_first > key_last) {
+    write_output<Traits>(o, row_max, row_sum, p, b, h, m0 + warp_row0, lane);
+    return;
+  }
+  const std::int64_t tile_begin = key_first / kBlockN;
+  const std::int64_t tile_end = key_last / kBlockN + 1;
+
+  const Element* q_gmem = static_cast<const Element*>(p.q) + b * p.q_batch_stride +
+                          h * p.q_head_stride + m0 * p.q_row_stride;
+  const Element* k_gmem =
+      static_cast<const Element*>(p.k) + b * p.k_batch_stride + h_kv * p.k_head_stride;
+  const Element* v_gmem =
+      static_cast<const Element*>(p.v) + b * p.v_batch_stride + h_kv * p.v_head_stride;
+  const int chunks_valid = p.head_dim / 8;
+
+  auto load_kv_tile = [&](std::int64_t tile, int stage) {
+    const std::int64_t n0 = tile * kBlockN;
+    load_tile_async<typename Traits::KVTile, Traits::kThreads>(
+        k_stage(stage), k_gmem + n0 * p.k_row_stride, p.k_row_stride, p.Nk - n0, chunks_valid, tid);
+    load_tile_async<typename Traits::KVTile, Traits::kThreads>(
+        v_stage(stage), v_gmem + n0 * p.v_row_stride, p.v_row_stride, p.Nk - n0, chunks_valid, tid);
+  };
+
+  // Prologue: Q with the first K/V tile in one group, then the next stages - 2 tiles.
+  load_tile_async<typename Traits::QTile, Traits::kThreads>(q_smem, q_gmem, p.q_row_stride,
+                                                            p.Nq - m0, chunks_valid, tid);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (tile_begin + s < tile_end) load_kv_tile(tile_begin + s, s);
+    cp_async_commit();  // committed even when empty: the wait counts stay uniform
+  }
+
+  const auto bh32 = static_cast<std::uint32_t>(bh);
+  for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    const int stage = static_cast<int>((tile - tile_begin) % kStages);
+    // Tile `tile` has landed for every thread, and every warp is done with the stage the next
+    // prefetch overwrites (the one used in the previous iteration).
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const std::int64_t prefetch = tile + kStages - 1;
+    if (prefetch < tile_end) load_kv_tile(prefetch, static_cast<int>((prefetch - tile_begin) % kStages));
+    cp_async_commit();
+
+    float s[Traits::kMTiles][Traits::kNTiles][4];
+    compute_scores<Traits>(s, q_smem, k_stage(stage), warp_row0, lane);
+
+    const std::int64_t n0 = tile * kBlockN;
+    if constexpr (kExtras) {
+      if (p.softcap > 0.0f) apply_softcap<Traits>(s, p);
+    }
+    const bool needs_mask = n0 + kBlockN > p.Nk ||
+                            (p.mask.active() && !p.mask.tile_fully_visible(m0, m_end, n0, n0 + kBlockN));
+    if (needs_mask) apply_mask<Traits>(s, p, m0 + warp_row0, n0, lane);
+
+    online_softmax_update<Traits>(s, o, row_max, row_sum, p.scale_log2);
+    if constexpr (kExtras) {
+      if (p.dropout.threshold != 0) apply_dropout<Traits>(s, p, bh32, m0 + warp_row0, n0, lane);
+    }
+    accumulate_pv<Traits>(o, s, v_stage(stage), lane);
+  }
+  cp_async_wait<0>();  // leave no copy in flight into shared memory that is about to be freed
+
+  write_output<Traits>(o, row_max, row_sum, p, b, h, m0 + warp_row0, lane);
+}
+
+}  // namespace flashpp::cuda::sm80

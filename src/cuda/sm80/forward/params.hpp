@@ -1,0 +1,42 @@
+// Everything the sm80 forward kernel reads, flattened from detail::ForwardArgs on the host:
+// raw pointers, 64-bit element strides, the visibility rule and the dropout parameters.
+#pragma once
+
+#include <cstdint>
+
+#include "../../../common/mask.hpp"
+#include "../../../common/philox.hpp"
+
+namespace flashpp::cuda::sm80 {
+
+struct ForwardParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;  // nullptr: lse not requested
+
+  // Element strides of [B, N, H, *] (the last dimension is contiguous) and of lse [B, H, N].
+  std::int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
+  std::int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
+  std::int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
+  std::int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  std::int64_t lse_batch_stride = 0, lse_head_stride = 0, lse_row_stride = 0;
+
+  std::int64_t Nq = 0, Nk = 0;
+  std::int64_t Hq = 0;
+  std::int64_t heads_per_kv = 1;  // query head h reads kv head h / heads_per_kv
+  int head_dim = 0;               // the true D (<= the instantiated one; a multiple of 8)
+
+  float scale = 1.0f;       // softmax scale
+  float scale_log2 = 1.0f;  // scale * log2(e): folded into the exp2 of the softmax
+  float softcap = 0.0f;     // 0 = off
+
+  detail::Mask mask{};
+  detail::DropoutParams dropout{};
+
+  // The (batch * head) index of blockIdx.y == 0 (launches are split when B*Hq > 65535).
+  std::int64_t bh_offset = 0;
+};
+
+}  // namespace flashpp::cuda::sm80

@@ -1,0 +1,70 @@
+// The CUDA forward's dropout mask equals the shared Philox rule (src/common/philox.hpp, the one
+// the CPU backends use) element for element. With V = the identity (Nk = D), O's row i is
+// P~_i = P_i * keep_i / (1 - p) itself, so an element of O is zero exactly where the key was
+// dropped: the mask is read straight off the output.
+#include <gtest/gtest.h>
+
+#include "api/validate.hpp"
+#include "common/attention_case.hpp"
+#include "gpu_buffer.hpp"
+#include "gpu_runner.hpp"
+
+namespace flashpp {
+namespace {
+
+void check_mask(DType dtype, test::Layout layout, bool causal) {
+  test::AttentionCase c;
+  c.shape = {2, 100, 64, 3, 3, 64};
+  c.dtype = dtype;
+  c.layout = layout;
+  c.seed = 99;
+  c.options.dropout_p = 0.3f;
+  c.options.seed = 0x0123456789ABCDEFull;
+  c.options.offset = (5ull << 32) + 99;
+  c.options.causal = causal;
+  test::AttentionInputs in = test::make_inputs(c);
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t j = 0; j < 64; ++j)
+      for (std::int64_t h = 0; h < 3; ++h)
+        for (std::int64_t d = 0; d < 64; ++d) in.v.set(b, j, h, d, d == j ? 1.0 : 0.0);
+
+  const test::ForwardOutputs out = gpu_test::run_forward_cuda(in, c.options);
+  const detail::Problem p =
+      detail::validate_inputs("check_mask", in.q.view(), in.k.view(), in.v.view(), c.options);
+  std::int64_t mismatches = 0, kept = 0, visible = 0;
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t h = 0; h < 3; ++h)
+      for (std::int64_t i = 0; i < 100; ++i)
+        for (std::int64_t j = 0; j < 64; ++j) {
+          if (!p.mask.visible(i, j)) continue;
+          ++visible;
+          const bool keep = detail::dropout_keep(p.dropout, static_cast<std::uint32_t>(b * 3 + h),
+                                                 static_cast<std::uint32_t>(i),
+                                                 static_cast<std::uint32_t>(j));
+          const bool kept_on_gpu = out.o.get(b, i, h, j) != 0.0;
+          kept += keep;
+          if (keep != kept_on_gpu) {
+            if (++mismatches <= 5) {
+              ADD_FAILURE() << "mask differs at b=" << b << " h=" << h << " i=" << i << " j=" << j
+                            << ": rule keeps=" << keep << ", GPU kept=" << kept_on_gpu;
+            }
+          }
+        }
+  EXPECT_EQ(mismatches, 0);
+  // Sanity: roughly 70% kept, so the check is not vacuous.
+  EXPECT_GT(kept, visible / 2);
+  EXPECT_LT(kept, visible * 9 / 10);
+}
+
+TEST(ForwardDropoutMask, EqualsPhiloxRuleF16) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  check_mask(DType::f16, test::Layout::bnhd, false);
+}
+
+TEST(ForwardDropoutMask, EqualsPhiloxRuleBf16Causal) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  check_mask(DType::bf16, test::Layout::bhnd, true);
+}
+
+}  // namespace
+}  // namespace flashpp

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# One command for the lent GPU machine (also `make gpu-check`): configure and build with every
+# core, run the GPU tests, run compute-sanitizer (memcheck, racecheck, synccheck) on the small
+# shapes, then benchmark against torch SDPA (tools/gpu_compare.py) and print, last, a summary
+# and the table. Logs go to $OUT (the device tool's folder) or ./gpu-check-out.
+#
+#   tools/gpu_check.sh [--quick] [--fwd-only] [--no-tests] [--no-sanitizer] [--no-bench]
+#                      [--archs "80;90a"] [--filter GTEST_FILTER] [--bench-args "..."]
+#                      [--variants "1 2 3"] [--deadline SECONDS]
+#
+# --deadline: skip the remaining stages (sanitizer, benchmark, variants) once this many seconds
+# have passed since the start, so that a time-limited call still ends with its summary.
+# --quick: the benchmark's N in {4096, 16384} only. --variants: also build the forward with each
+# alternative tile table of src/cuda/sm80/forward/tile_config.hpp (FLASHPP_FWD_VARIANT) and time
+# it alone (fp16, D 64/128, N 4096/16384, forward), for tuning. The build targets the GPU present
+# (compute capability read from nvidia-smi, e.g. 90a on an H100) unless --archs says otherwise.
+# GoogleTest is taken from ./.gtest when the machine has none installed (copy /usr/src/googletest
+# there once and carry it).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+QUICK="" FWD_ONLY="" RUN_TESTS=1 RUN_SAN=1 RUN_BENCH=1 ARCHS="" FILTER="*" BENCH_ARGS="" VARIANTS="" DEADLINE=1000000
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=--quick ;;
+    --fwd-only) FWD_ONLY=--fwd-only ;;
+    --no-tests) RUN_TESTS=0 ;;
+    --no-sanitizer) RUN_SAN=0 ;;
+    --no-bench) RUN_BENCH=0 ;;
+    --archs) ARCHS="$2"; shift ;;
+    --filter) FILTER="$2"; shift ;;
+    --bench-args) BENCH_ARGS="$2"; shift ;;
+    --variants) VARIANTS="$2"; shift ;;
+    --deadline) DEADLINE="$2"; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+# Logs are written to a scratch folder and packed into $OUT/gpu_check_logs.tar.gz at the end
+# (the device tool returns at most 8 files), next to summary.txt.
+FINAL_OUT="${OUT:-$PWD/gpu-check-out}"
+OUT="$(mktemp -d /tmp/gpu-check.XXXXXX)"
+mkdir -p "$FINAL_OUT"
+BUILD="${FLASHPP_GPU_BUILD_DIR:-build-gpu}"
+SUMMARY=()
+status=0
+START=$(date +%s)
+# time_left STAGE: true while the deadline has not passed; otherwise notes the skip.
+time_left() {
+  if [ $(( $(date +%s) - START )) -lt "$DEADLINE" ]; then return 0; fi
+  SUMMARY+=("$1: skipped (deadline of $DEADLINE s reached)")
+  return 1
+}
+
+if [ -z "$ARCHS" ]; then
+  cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
+  case "$cap" in
+    90) ARCHS="90a" ;;
+    "") ARCHS="80;90a" ;;
+    *) ARCHS="$cap" ;;
+  esac
+fi
+
+GTEST_ARG=()
+[ -d .gtest ] && GTEST_ARG=(-DFLASHPP_GTEST_SOURCE_DIR="$PWD/.gtest")
+
+echo "== configure + build (archs $ARCHS) =="
+t0=$(date +%s)
+if cmake -S . -B "$BUILD" -G Ninja -DFLASHPP_CUDA=ON -DFLASHPP_CUDA_ARCHS="$ARCHS" \
+      -DFLASHPP_BUILD_TOOLS=OFF "${GTEST_ARG[@]}" >"$OUT/configure.log" 2>&1 &&
+   ninja -C "$BUILD" -j"$(nproc)" flashpp flashpp_shared flashpp_gpu_tests >"$OUT/build.log" 2>&1; then
+  SUMMARY+=("build: ok ($(( $(date +%s) - t0 )) s, archs $ARCHS)")
+else
+  tail -40 "$OUT/configure.log" "$OUT/build.log"
+  echo "BUILD FAILED (logs in $OUT)"
+  exit 1
+fi
+TESTS="$BUILD/tests/gpu/flashpp_gpu_tests"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+
+if [ "$RUN_TESTS" = 1 ]; then
+  echo "== GPU tests =="
+  t0=$(date +%s)
+  if "$TESTS" --gtest_filter="$FILTER" >"$OUT/gpu_tests.log" 2>&1; then
+    SUMMARY+=("gpu tests: $(grep -E '^\[  PASSED  \]' "$OUT/gpu_tests.log" | head -1) ($(( $(date +%s) - t0 )) s)")
+  else
+    status=1
+    grep -E "Failure|FAILED|error|Expected|Which is|describe|B=" "$OUT/gpu_tests.log" | head -40
+    SUMMARY+=("gpu tests: FAILED: $(grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/gpu_tests.log" | tr '\n' ' ')")
+  fi
+fi
+
+if [ "$RUN_SAN" = 1 ]; then
+  for tool in memcheck racecheck synccheck; do
+    time_left "sanitizer $tool" || continue
+    echo "== compute-sanitizer $tool =="
+    if compute-sanitizer --tool "$tool" --error-exitcode 9 "$TESTS" --gtest_filter='*Small*' \
+        >"$OUT/sanitizer_$tool.log" 2>&1; then
+      SUMMARY+=("sanitizer $tool: clean ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1))")
+    else
+      status=1
+      tail -30 "$OUT/sanitizer_$tool.log"
+      SUMMARY+=("sanitizer $tool: FAILED (see $OUT/sanitizer_$tool.log)")
+    fi
+  done
+fi
+
+if [ "$RUN_BENCH" = 1 ] && time_left "benchmark"; then
+  echo "== benchmark vs torch SDPA =="
+  if PYTHONUNBUFFERED=1 python3 tools/gpu_compare.py --lib "$BUILD/libflashpp.so" --out "$OUT" \
+      $QUICK $FWD_ONLY $BENCH_ARGS >"$OUT/bench_stdout.log" 2>&1; then
+    SUMMARY+=("benchmark: ok")
+  else
+    status=1
+    tail -30 "$OUT/bench_stdout.log"
+    SUMMARY+=("benchmark: FAILED (see $OUT/bench_stdout.log)")
+  fi
+fi
+
+for v in $VARIANTS; do
+  time_left "variant $v" || continue
+  echo "== tile variant $v =="
+  vb="$BUILD-v$v"
+  if cmake -S . -B "$vb" -G Ninja -DFLASHPP_CUDA=ON -DFLASHPP_CUDA_ARCHS="$ARCHS" \
+        -DFLASHPP_BUILD_TOOLS=OFF -DFLASHPP_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="-DFLASHPP_FWD_VARIANT=$v" \
+        >"$OUT/configure_v$v.log" 2>&1 && ninja -C "$vb" -j"$(nproc)" flashpp_shared >"$OUT/build_v$v.log" 2>&1 &&
+     PYTHONUNBUFFERED=1 python3 tools/gpu_compare.py --lib "$vb/libflashpp.so" --out "$OUT" --tag "v$v" \
+        --fwd-only --quick --peers none --dtypes fp16 >>"$OUT/bench_variants.log" 2>&1; then
+    SUMMARY+=("variant $v: ok")
+  else
+    tail -20 "$OUT/build_v$v.log" "$OUT/bench_variants.log" 2>/dev/null
+    SUMMARY+=("variant $v: FAILED")
+  fi
+done
+
+echo
+echo "== summary =="
+printf '%s\n' "${SUMMARY[@]}" | tee "$OUT/summary.txt"
+for v in $VARIANTS; do [ -f "$OUT/gpu_compare_table_v$v.txt" ] && { echo; cat "$OUT/gpu_compare_table_v$v.txt"; }; done
+[ -f "$OUT/gpu_compare_table.txt" ] && { echo; cat "$OUT/gpu_compare_table.txt"; }
+tar -czf "$FINAL_OUT/gpu_check_logs.tar.gz" -C "$OUT" . 2>/dev/null
+cp "$OUT/summary.txt" "$FINAL_OUT/" 2>/dev/null
+cat "$OUT"/gpu_compare_table*.txt >"$FINAL_OUT/tables.txt" 2>/dev/null
+exit $status

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""flashpp vs torch SDPA (FLASH, CUDNN, EFFICIENT) on the standard grid of BENCHMARKING.md.
+
+Calls flashpp through its C API (libflashpp.so, ctypes) on torch tensors, in the same process as
+the peers, on the same inputs. Times with CUDA events: warm-up, then the median of many
+repetitions. FLOPs: forward 4*B*Hq*Nq*Nk*D (halved when causal), backward 2.5x forward.
+Prints, last, one table per direction: TFLOPS of each and ours/peer ratios.
+
+  python3 tools/gpu_compare.py --lib build-gpu/libflashpp.so [--quick] [--fwd-only] [--out DIR]
+"""
+import argparse
+import ctypes
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+# --------------------------------------------------------------------------------------------
+# flashpp through the C API (include/flashpp/flashpp.h)
+# --------------------------------------------------------------------------------------------
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("device_type", ctypes.c_int32),
+                ("device_index", ctypes.c_int32), ("rank", ctypes.c_int32),
+                ("sizes", ctypes.c_int64 * 4), ("strides", ctypes.c_int64 * 4)]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [("softmax_scale", ctypes.c_float), ("causal", ctypes.c_int32), ("alignment", ctypes.c_int32),
+                ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64),
+                ("softcap", ctypes.c_float), ("dropout_p", ctypes.c_float),
+                ("seed", ctypes.c_uint64), ("offset", ctypes.c_uint64),
+                ("deterministic", ctypes.c_int32), ("write_lse", ctypes.c_int32), ("backend", ctypes.c_int32)]
+
+
+DTYPE_CODES = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 0}
+
+
+class Flashpp:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.flashpp_options_default.restype = Options
+        self.lib.flashpp_last_error.restype = ctypes.c_char_p
+        self.lib.flashpp_forward.argtypes = [ctypes.POINTER(Tensor)] * 5 + [ctypes.POINTER(Options), ctypes.c_void_p]
+        self.lib.flashpp_backward.argtypes = [ctypes.POINTER(Tensor)] * 9 + [ctypes.POINTER(Options), ctypes.c_void_p]
+
+    @staticmethod
+    def view(t):
+        v = Tensor()
+        v.data = t.data_ptr()
+        v.dtype = DTYPE_CODES[t.dtype]
+        v.device_type = 1
+        v.device_index = t.device.index or 0
+        v.rank = t.dim()
+        for i in range(t.dim()):
+            v.sizes[i] = t.shape[i]
+            v.strides[i] = t.stride(i)
+        return v
+
+    def options(self, causal):
+        o = self.lib.flashpp_options_default()
+        o.causal = 1 if causal else 0
+        o.backend = 2  # CUDA
+        return o
+
+    def _check(self, status, what):
+        if status != 0:
+            raise RuntimeError(f"flashpp {what}: {self.lib.flashpp_last_error().decode()}")
+
+    def forward(self, q, k, v, o, lse, opts):
+        """q, k, v, o: [B, N, H, D] tensors (any strides, last contiguous); lse [B, H, N] f32."""
+        stream = torch.cuda.current_stream().cuda_stream
+        views = [self.view(t) for t in (q, k, v, o, lse)]
+        self._check(self.lib.flashpp_forward(*[ctypes.byref(x) for x in views], ctypes.byref(opts),
+                                             ctypes.c_void_p(stream)), "forward")
+
+    def backward(self, q, k, v, o, lse, do, dq, dk, dv, opts):
+        stream = torch.cuda.current_stream().cuda_stream
+        views = [self.view(t) for t in (q, k, v, o, lse, do, dq, dk, dv)]
+        self._check(self.lib.flashpp_backward(*[ctypes.byref(x) for x in views], ctypes.byref(opts),
+                                              ctypes.c_void_p(stream)), "backward")
+
+
+# --------------------------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------------------------
+def time_ms(fn, warmup=5, reps=30):
+    """Median milliseconds of fn() with CUDA events, after warm-up."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def flops_fwd(B, H, N, D, causal):
+    f = 4.0 * B * H * N * N * D
+    return f / 2 if causal else f
+
+
+PEERS = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+         ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
+
+
+def bench_one(fp, B, H, N, D, causal, dtype, do_bwd, log):
+    torch.manual_seed(0)
+    # flashpp gets [B, N, H, D] contiguous; SDPA gets the same memory viewed as [B, H, N, D].
+    q, k, v, do = (torch.randn(B, N, H, D, device="cuda", dtype=dtype) for _ in range(4))
+    o = torch.empty_like(q)
+    lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
+    opts = fp.options(causal)
+    res = {}
+    ffl = flops_fwd(B, H, N, D, causal)
+
+    def ours_fwd():
+        fp.forward(q, k, v, o, lse, opts)
+
+    ms = time_ms(ours_fwd)
+    res[("fwd", "ours")] = ffl / ms / 1e9
+    # Sanity against SDPA (whichever backend torch picks).
+    ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                         is_causal=causal).transpose(1, 2)
+    ours_fwd()
+    torch.cuda.synchronize()
+    diff = (o.float() - ref.float()).abs().max().item()
+    log(f"  check: max |ours - sdpa| = {diff:.3e}")
+    if not (diff < 5e-2):
+        log(f"  WARNING: forward differs from SDPA by {diff}")
+    if do_bwd:
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        try:
+            fp.backward(q, k, v, o, lse, do, dq, dk, dv, opts)
+            ms = time_ms(lambda: fp.backward(q, k, v, o, lse, do, dq, dk, dv, opts))
+            res[("bwd", "ours")] = 2.5 * ffl / ms / 1e9
+        except RuntimeError as e:
+            log(f"  ours bwd unavailable: {e}")
+
+    qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_(do_bwd) for x in (q, k, v))
+    dot = do.transpose(1, 2)
+    for name, backend in PEERS:
+        try:
+            with sdpa_kernel(backend):
+                ms = time_ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
+                res[("fwd", name)] = ffl / ms / 1e9
+                if do_bwd:
+                    out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                    ms = time_ms(lambda: torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True))
+                    res[("bwd", name)] = 2.5 * ffl / ms / 1e9
+        except RuntimeError as e:
+            log(f"  {name} unavailable: {str(e).splitlines()[0][:120]}")
+    del q, k, v, do, o, lse
+    torch.cuda.empty_cache()
+    return res
+
+
+def table(rows, direction):
+    names = ["ours"] + [n for n, _ in PEERS]
+    head = f"{'dtype':5} {'D':>4} {'N':>6} {'causal':>6} | " + " ".join(f"{n:>9}" for n in names) + \
+        " | " + " ".join(f"{'/' + n:>10}" for n, _ in PEERS)
+    lines = [f"[{direction}] TFLOPS and ours/peer", head, "-" * len(head)]
+    for key, res in rows:
+        dtype, D, N, causal = key
+        tf = [res.get((direction, n)) for n in names]
+        if tf[0] is None and all(t is None for t in tf):
+            continue
+        cells = " ".join(f"{t:9.1f}" if t is not None else f"{'-':>9}" for t in tf)
+        ratios = " ".join(f"{tf[0] / t:10.2f}" if (tf[0] is not None and t) else f"{'-':>10}" for t in tf[1:])
+        lines.append(f"{dtype:5} {D:4d} {N:6d} {('yes' if causal else 'no'):>6} | {cells} | {ratios}")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", required=True, help="path to libflashpp.so")
+    ap.add_argument("--quick", action="store_true", help="N in {4096, 16384} only")
+    ap.add_argument("--fwd-only", action="store_true")
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--seqlens", default=None, help="comma list (default 1024..16384)")
+    ap.add_argument("--dtypes", default="fp16,bf16")
+    ap.add_argument("--peers", default="flash,cudnn,efficient", help="comma list, or 'none'")
+    ap.add_argument("--tag", default="", help="label of this run (e.g. a tile variant) in the log")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+
+    os.makedirs(args.out, exist_ok=True)
+    suffix = f"_{args.tag}" if args.tag else ""
+    logf = open(os.path.join(args.out, f"gpu_compare{suffix}.log"), "w")
+
+    def log(msg):
+        print(msg, flush=True)
+        logf.write(msg + "\n")
+        logf.flush()
+
+    global PEERS
+    PEERS = [p for p in PEERS if p[0] in args.peers.split(",")]
+    fp = Flashpp(args.lib)
+    B, H = 4, 32
+    seqlens = [int(s) for s in args.seqlens.split(",")] if args.seqlens else \
+        ([4096, 16384] if args.quick else [1024, 2048, 4096, 8192, 16384])
+    dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
+    log(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  cuDNN {torch.backends.cudnn.version()}"
+        f"  CUDA {torch.version.cuda}  date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    log(f"B={B} Hq={H} layout [B,N,H,D]; median of 30 timed runs after 5 warm-ups (CUDA events)")
+    rows = []
+    for dname in args.dtypes.split(","):
+        for D in [int(d) for d in args.dims.split(",")]:
+            for N in seqlens:
+                for causal in (False, True):
+                    log(f"{dname} D={D} N={N} causal={causal}")
+                    res = bench_one(fp, B, H, N, D, causal, dtypes[dname], not args.fwd_only, log)
+                    for (direction, name), tf in sorted(res.items()):
+                        log(f"  {direction} {name:10s} {tf:8.1f} TFLOPS")
+                    rows.append(((dname, D, N, causal), res))
+    out = table(rows, "fwd")
+    if not args.fwd_only:
+        out += "\n\n" + table(rows, "bwd")
+    if args.tag:
+        out = f"({args.tag})\n" + out
+    with open(os.path.join(args.out, f"gpu_compare_table{suffix}.txt"), "w") as f:
+        f.write(out + "\n")
+    log("")
+    log(out)
+
+
+if __name__ == "__main__":
+    main()
