@@ -67,8 +67,17 @@ def _on_device(t: Tensor):
 
 
 def _last_dim_contiguous(t: Tensor) -> Tensor:
-    # The one layout rule of the C++ API. A gradient from .sum() arrives expanded (stride 0).
-    return t if t.size(-1) <= 1 or t.stride(-1) == 1 else t.contiguous()
+    """The tensor as the kernels can read it, copied only when they cannot: the C++ API needs a
+    contiguous last dimension (a gradient from .sum() arrives expanded, stride 0), and the CUDA
+    kernels' 16-byte copies need 16-byte aligned data and strides that are multiples of 8."""
+    if t.size(-1) > 1 and t.stride(-1) != 1:
+        return t.contiguous()
+    if t.is_cuda and t.numel() > 0:
+        misaligned = t.data_ptr() % 16 != 0 or any(
+            st % 8 != 0 for sz, st in zip(t.shape[:-1], t.stride()[:-1]) if sz > 1)
+        if misaligned:  # (clone: contiguous() would return a contiguous-but-misaligned t as is)
+            return t.clone(memory_format=torch.contiguous_format)
+    return t
 
 
 def _output_like(t: Tensor) -> Tensor:
