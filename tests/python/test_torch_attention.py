@@ -87,7 +87,8 @@ def test_forward_backward_against_reference(device, dtype, kw):
     check_close(o, naive_o, ref_o, dtype)
     finite = torch.isfinite(ref_lse)
     assert torch.equal(torch.isfinite(lse), finite)
-    assert rel_err(lse[finite], ref_lse[finite]) < 1e-4
+    # GPU kernels may evaluate tanh (softcap) with a fast approximation.
+    assert rel_err(lse[finite], ref_lse[finite]) < (2e-3 if kw.get("softcap") else 2e-4)
     dout = torch.randn_like(o)
     ours = grads(o, (q, k, v), dout)
     want = grads(ref_o, (q, k, v), dout.to(ref_o.dtype))
@@ -147,9 +148,11 @@ def test_gradient_of_sum_has_expanded_dout(device, dtype):
     q, k, v = make_qkv(device, dtype, Nq=20, Nk=20)
     flashpp.attention(q, k, v).sum().backward()  # dout arrives with stride 0 everywhere
     ref, _ = reference(q, k, v, compute_dtype=ref_dtype(device))
+    naive, _ = reference(q, k, v, compute_dtype=dtype)
     want = grads(ref.sum(), (q, k, v), None)
-    for got, r in zip((q.grad, k.grad, v.grad), want):
-        assert rel_err(got, r) < 2 * FLOOR[dtype] + 1e-3
+    naive_grads = grads(naive.float().sum(), (q, k, v), None)
+    for got, n, r in zip((q.grad, k.grad, v.grad), naive_grads, want):
+        check_close(got, n, r, dtype, factor=2.0)
 
 
 # ---- dropout ----------------------------------------------------------------------------------
