@@ -119,7 +119,7 @@ struct KeyTileScratch {
         z(kBwdQueryTile * kBwdKeyTile), dk(kBwdKeyTile * D), dv(kBwdKeyTile * D),
         lse(kBwdQueryTile), d_rows(kBwdQueryTile), row(D) {}
   ScratchTile k_t, v_t;          // [D][kBwdKeyTile]
-  ScratchTile q, dout;           // [kBwdQueryTile][D] (f16 / bf16 conversions)
+  ScratchTile q, dout;           // [kBwdQueryTile][D] float32 copies
   ScratchTile s, p, p_drop, dp, z;  // [kBwdQueryTile][kBwdKeyTile] query-major
   ScratchTile dk, dv;            // [kBwdKeyTile][D] accumulators
   ScratchTile lse, d_rows;
@@ -127,10 +127,11 @@ struct KeyTileScratch {
 };
 
 void backward_key_tile(const detail::BackwardArgs& a, const float* d_rows, std::int64_t b,
-                       std::int64_t hk, std::int64_t j0, KeyTileScratch& w) {
+                       std::int64_t hk, std::int64_t j0, std::int64_t key_tile,
+                       KeyTileScratch& w) {
   const detail::Problem& p = a.problem;
   const std::int64_t D = p.D;
-  const std::int64_t kv_rows = std::min(kBwdKeyTile, p.Nk - j0);
+  const std::int64_t kv_rows = std::min(key_tile, p.Nk - j0);
   const std::int64_t kv_cols = round_up(kv_rows, 16);
   const std::int64_t ld = kBwdKeyTile;
   // The scale folds into K^T (it is used only for S): S = Q (scale K)^T.
@@ -150,8 +151,11 @@ void backward_key_tile(const detail::BackwardArgs& a, const float* d_rows, std::
     for (std::int64_t i0 = 0; i0 < p.Nq; i0 += kBwdQueryTile) {
       const std::int64_t q_rows = std::min(kBwdQueryTile, p.Nq - i0);
       if (masked && p.mask.tile_fully_hidden(i0, i0 + q_rows, j0, j0 + kv_rows)) continue;
-      const RowsView q = view_tile_rows(a.q, b, i0, q_rows, h, D, w.q.get());
-      const RowsView dout = view_tile_rows(a.dout, b, i0, q_rows, h, D, w.dout.get());
+      // Contiguous float32 copies even for f32 input (rows of the caller's layout may lie a
+      // page apart; each is read by many micro-kernel blocks).
+      load_tile_rows(a.q, b, i0, q_rows, h, D, w.q.get(), D, q_rows);
+      load_tile_rows(a.dout, b, i0, q_rows, h, D, w.dout.get(), D, q_rows);
+      const RowsView q{w.q.get(), D}, dout{w.dout.get(), D};
       load_lse(a, b, h, i0, q_rows, q_rows, w.lse.get());
       load_output_dot(d_rows, p, b, h, i0, q_rows, q_rows, w.d_rows.get());
 
@@ -187,7 +191,7 @@ struct QueryTileScratch {
         z(kKeyTile * kQueryTile), dq(kQueryTile * D), lse(kQueryTile), d_rows(kQueryTile),
         row(D) {}
   ScratchTile q_t, dout_t;    // [D][kQueryTile]
-  ScratchTile k, v;           // [kKeyTile][D] (f16 / bf16 conversions)
+  ScratchTile k, v;           // [kKeyTile][D] float32 copies
   ScratchTile s, p, dp, z;    // [kKeyTile][kQueryTile] key-major
   ScratchTile dq;             // [kQueryTile][D] accumulator
   ScratchTile lse, d_rows;
@@ -195,11 +199,12 @@ struct QueryTileScratch {
 };
 
 void backward_query_tile(const detail::BackwardArgs& a, const float* d_rows, std::int64_t b,
-                         std::int64_t h, std::int64_t i0, QueryTileScratch& w) {
+                         std::int64_t h, std::int64_t i0, std::int64_t query_tile,
+                         QueryTileScratch& w) {
   const detail::Problem& p = a.problem;
   const std::int64_t D = p.D;
   const std::int64_t hk = h / p.heads_per_kv();
-  const std::int64_t q_rows = std::min(kQueryTile, p.Nq - i0);
+  const std::int64_t q_rows = std::min(query_tile, p.Nq - i0);
   const std::int64_t q_cols = round_up(q_rows, 16);
   const std::int64_t ld = kQueryTile;
   const auto bh = static_cast<std::uint32_t>(b * p.Hq + h);
@@ -217,8 +222,9 @@ void backward_query_tile(const detail::BackwardArgs& a, const float* d_rows, std
     const std::int64_t j1 = std::min(j0 + kKeyTile, p.Nk);
     if (masked && p.mask.tile_fully_hidden(i0, i0 + q_rows, j0, j1)) continue;
     const std::int64_t kv_rows = j1 - j0;
-    const RowsView k = view_tile_rows(a.k, b, j0, kv_rows, hk, D, w.k.get());
-    const RowsView v = view_tile_rows(a.v, b, j0, kv_rows, hk, D, w.v.get());
+    load_tile_rows(a.k, b, j0, kv_rows, hk, D, w.k.get(), D, kv_rows);
+    load_tile_rows(a.v, b, j0, kv_rows, hk, D, w.v.get(), D, kv_rows);
+    const RowsView k{w.k.get(), D}, v{w.v.get(), D};
 
     // S^T = K (scale Q)^T (then softcap, mask), dP^T = V dO^T: key-major, queries along lanes.
     tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, k.ptr, k.ld, w.q_t.get(), ld, t.s, ld, false);
@@ -258,10 +264,12 @@ void flash_backward(const detail::BackwardArgs& a) {
   compute_output_dot(a, d_rows);
 
   // Pass 1: dK, dV. With Nq == 0 every task still runs and writes zeros.
-  const std::int64_t k_tiles = (p.Nk + kBwdKeyTile - 1) / kBwdKeyTile;
+  const std::int64_t key_tile = choose_tile(kBwdKeyTile, p.B * p.Hkv, p.Nk);
+  const std::int64_t k_tiles = (p.Nk + key_tile - 1) / key_tile;
   const std::int64_t k_tasks = p.B * p.Hkv * k_tiles;
   // Pass 2: dQ. With Nk == 0 every task writes zeros.
-  const std::int64_t q_tiles = (p.Nq + kQueryTile - 1) / kQueryTile;
+  const std::int64_t query_tile = choose_tile(kQueryTile, p.B * p.Hq, p.Nq);
+  const std::int64_t q_tiles = (p.Nq + query_tile - 1) / query_tile;
   const std::int64_t q_tasks = p.B * p.Hq * q_tiles;
 #pragma omp parallel
   {
@@ -270,7 +278,8 @@ void flash_backward(const detail::BackwardArgs& a) {
 #pragma omp for schedule(dynamic, 1)
       for (std::int64_t t = 0; t < k_tasks; ++t) {
         const std::int64_t tile = t % k_tiles, bhk = t / k_tiles;
-        backward_key_tile(a, d_rows, bhk / p.Hkv, bhk % p.Hkv, tile * kBwdKeyTile, scratch);
+        backward_key_tile(a, d_rows, bhk / p.Hkv, bhk % p.Hkv, tile * key_tile, key_tile,
+                          scratch);
       }
     }
     {
@@ -278,7 +287,8 @@ void flash_backward(const detail::BackwardArgs& a) {
 #pragma omp for schedule(dynamic, 1)
       for (std::int64_t t = 0; t < q_tasks; ++t) {
         const std::int64_t tile = t % q_tiles, bh = t / q_tiles;
-        backward_query_tile(a, d_rows, bh / p.Hq, bh % p.Hq, tile * kQueryTile, scratch);
+        backward_query_tile(a, d_rows, bh / p.Hq, bh % p.Hq, tile * query_tile,
+                            query_tile, scratch);
       }
     }
   }

@@ -129,7 +129,7 @@ void forward_query_tile(const detail::ForwardArgs& a, std::int64_t b, std::int64
 void flash_forward(const detail::ForwardArgs& a) {
   const detail::Problem& p = a.problem;
   if (p.B == 0 || p.Hq == 0 || p.Nq == 0) return;
-  const std::int64_t query_tile = choose_query_tile(p.B * p.Hq, p.Nq);
+  const std::int64_t query_tile = choose_tile(kQueryTile, p.B * p.Hq, p.Nq);
   const std::int64_t q_tiles = (p.Nq + query_tile - 1) / query_tile;
   const std::int64_t tasks = p.B * p.Hq * q_tiles;
 #pragma omp parallel

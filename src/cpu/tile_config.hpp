@@ -15,18 +15,19 @@ inline constexpr std::int64_t kKeyTile = 48;
 
 // The dK/dV pass of the backward: a key tile of kBwdKeyTile rows walks query tiles of
 // kBwdQueryTile rows. kBwdKeyTile is the lane dimension there (a multiple of 16).
-inline constexpr std::int64_t kBwdKeyTile = 64;
-inline constexpr std::int64_t kBwdQueryTile = 96;
+inline constexpr std::int64_t kBwdKeyTile = 256;
+inline constexpr std::int64_t kBwdQueryTile = 48;
 
-// The query tile a call uses: kQueryTile, halved (down to 64) while there would be fewer than
-// four tasks per thread, so that small problems still spread over every core.
-inline std::int64_t choose_query_tile(std::int64_t heads, std::int64_t Nq) {
+// The tile a call uses along a sequence of length N split over `heads` independent heads:
+// max_tile, halved (down to 64) while there would be fewer than four tasks per thread, so that
+// small problems still spread over every core.
+inline std::int64_t choose_tile(std::int64_t max_tile, std::int64_t heads, std::int64_t N) {
   const std::int64_t threads = omp_get_max_threads();
-  std::int64_t tile = kQueryTile;
-  while (tile > 64 && heads * ((Nq + tile - 1) / tile) < 4 * threads) tile /= 2;
+  std::int64_t tile = max_tile;
+  while (tile > 64 && heads * ((N + tile - 1) / tile) < 4 * threads) tile /= 2;
   return tile;
 }
 
-static_assert(kQueryTile % 16 == 0 && kBwdKeyTile % 16 == 0, "lane dimensions: whole vectors");
+static_assert(kQueryTile % 64 == 0 && kBwdKeyTile % 64 == 0, "lane dimensions: whole vectors");
 
 }  // namespace flashpp::cpu
