@@ -224,6 +224,29 @@ AttentionCase make_case(AttentionShape shape, DType dtype, Layout layout, std::u
 
 // ---- The sweep --------------------------------------------------------------------------------
 
+// Tiny shapes that still reach every code path (partial tiles, element masks, GQA, softcap,
+// dropout, both dQ modes): what tools/gpu_check.sh runs under compute-sanitizer ("*Small*").
+TEST(CudaBackward, SmallShapesEveryPath) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 50;
+  for (bool deterministic : {false, true}) {
+    for (std::int64_t D : {64, 136}) {
+      AttentionCase c = make_case({1, 70, 150, 2, 1, D}, DType::f16, Layout::bnhd, ++seed);
+      c.options.deterministic = deterministic;
+      c.options.causal = true;
+      c.options.alignment = Alignment::bottom_right;
+      c.options.dropout_p = 0.25f;
+      c.options.softcap = 4.0f;
+      check_case(c);
+      c = make_case({1, 150, 70, 2, 2, D}, DType::bf16, Layout::bhnd, ++seed);
+      c.options.deterministic = deterministic;
+      c.options.window_left = 30;
+      c.options.window_right = 5;
+      check_case(c);
+    }
+  }
+}
+
 TEST(CudaBackward, EveryHeadDimBothDtypesBothLayouts) {
   FLASHPP_SKIP_WITHOUT_GPU();
   std::uint64_t seed = 100;
@@ -393,7 +416,8 @@ TEST(CudaBackward, EmptySequences) {
 
 TEST(CudaBackward, MisalignedTensorsAreRejectedNotMiscomputed) {
   FLASHPP_SKIP_WITHOUT_GPU();
-  const AttentionCase c = make_case({1, 9, 9, 1, 1, 64}, DType::f16, Layout::padded, 1100);
+  // Two heads, so the padded layout's odd head stride (D + 3) is really used.
+  const AttentionCase c = make_case({1, 9, 9, 2, 2, 64}, DType::f16, Layout::padded, 1100);
   const AttentionInputs in = make_inputs(c);
   const OracleResult oracle = run_oracle(in, c.options, false);
   const ForwardOutputs fwd = rounded_forward(oracle.fwd, c.dtype, Layout::bnhd);
