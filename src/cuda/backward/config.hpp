@@ -26,7 +26,7 @@ constexpr int kernel_head_dim(std::int64_t d) {
 template <int kHeadDim>
 struct MainTile {
   static constexpr int kKeyRows = kHeadDim <= 128 ? 128 : 64;
-  static constexpr int kQueryRows = kHeadDim <= 192 ? 64 : 32;
+  static constexpr int kQueryRows = kHeadDim <= 96 || kHeadDim == 192 ? 64 : 32;
   static constexpr int kWarps = 8;
 };
 

@@ -123,6 +123,7 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
   const auto bh = static_cast<std::uint32_t>(batch * p.q_heads + head);
 
   float dq_acc[kHeadDim / 8][4] = {};
+  const FragmentReader<QTile, Operand::a> q_as_a(s_q, lane), do_as_a(s_do, lane);
 
   for (std::int64_t step = 0; step < key_tiles; ++step) {
     const int stage = static_cast<int>(step & 1);
@@ -130,8 +131,8 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
     __syncthreads();  // this tile has landed; every warp is done with the previous one
     if (step + 1 < key_tiles) load_key_tile(step + 1, stage ^ 1);
     cp_async_commit();
-    const Element* sk = s_k(stage);
-    const Element* sv = s_v(stage);
+    const FragmentReader<KvTile, Operand::b> k_as_b(s_k(stage), lane), v_as_b(s_v(stage), lane);
+    const FragmentReader<KvTile, Operand::b_trans> k_as_b_trans(s_k(stage), lane);
     const std::int64_t j0 = (first_key_tile + step) * kKeyRows;
     const std::int64_t j1 = j0 + kKeyRows < p.k_len ? j0 + kKeyRows : p.k_len;
 
@@ -141,13 +142,13 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
 #pragma unroll
     for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
       std::uint32_t a_q[4], a_do[4];
-      a_fragment<QTile>(a_q, s_q, row0, k0, lane);
-      a_fragment<QTile>(a_do, s_do, row0, k0, lane);
+      q_as_a.load(a_q, row0, k0);
+      do_as_a.load(a_do, row0, k0);
 #pragma unroll
       for (int n = 0; n < kKeyRows / 16; ++n) {
         std::uint32_t b_k[4], b_v[4];
-        b_fragments<KvTile>(b_k, sk, 16 * n, k0, lane);
-        b_fragments<KvTile>(b_v, sv, 16 * n, k0, lane);
+        k_as_b.load(b_k, 16 * n, k0);
+        v_as_b.load(b_v, 16 * n, k0);
         mma_m16n8k16<Element>(s_acc[2 * n], a_q, {b_k[0], b_k[1]});
         mma_m16n8k16<Element>(s_acc[2 * n + 1], a_q, {b_k[2], b_k[3]});
         mma_m16n8k16<Element>(dp_acc[2 * n], a_do, {b_v[0], b_v[1]});
@@ -188,7 +189,7 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
 #pragma unroll
       for (int n = 0; n < kHeadDim / 16; ++n) {
         std::uint32_t b_k[4];
-        b_fragments_trans<KvTile>(b_k, sk, 16 * n, 16 * kk, lane);
+        k_as_b_trans.load(b_k, 16 * kk, 16 * n);
         mma_m16n8k16<Element>(dq_acc[2 * n], a_ds, {b_k[0], b_k[1]});
         mma_m16n8k16<Element>(dq_acc[2 * n + 1], a_ds, {b_k[2], b_k[3]});
       }

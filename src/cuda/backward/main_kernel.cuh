@@ -182,6 +182,12 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads, 
   float dv_acc[Shape::kGradCols / 8][4] = {};
   float dk_acc[Shape::kGradCols / 8][4] = {};
 
+  // K and V stay put for the whole walk, so their readers are built once.
+  const FragmentReader<KvTile, Operand::a> k_as_a(s_k, lane), v_as_a(s_v, lane);
+  const FragmentReader<KvTile, Operand::b_trans> k_as_b(s_k, lane);
+  const FragmentReader<ScoreTile, Operand::a> p_as_a(s_p, lane), ds_as_a(s_ds, lane);
+  const FragmentReader<ScoreTile, Operand::a_trans> ds_as_a_trans(s_ds, lane);
+
   for (std::int64_t step = 0; step < steps; ++step) {
     const int stage = static_cast<int>(step & 1);
     cp_async_wait<0>();
@@ -191,8 +197,9 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads, 
 
     const std::int64_t h = step_head(step);
     const std::int64_t i0 = step_row0(step);
-    const Element* sq = s_q(stage);
-    const Element* sdo = s_do(stage);
+    const FragmentReader<QTile, Operand::b> q_as_b(s_q(stage), lane), do_as_b(s_do(stage), lane);
+    const FragmentReader<QTile, Operand::b_trans> q_as_b_trans(s_q(stage), lane),
+        do_as_b_trans(s_do(stage), lane);
 
     // ---- A. S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys x kScoreCols queries.
     float s_acc[Shape::kScoreCols / 8][4] = {};
@@ -200,13 +207,13 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads, 
 #pragma unroll
     for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
       std::uint32_t a_k[4], a_v[4];
-      a_fragment<KvTile>(a_k, s_k, key_row0, k0, lane);
-      a_fragment<KvTile>(a_v, s_v, key_row0, k0, lane);
+      k_as_a.load(a_k, key_row0, k0);
+      v_as_a.load(a_v, key_row0, k0);
 #pragma unroll
       for (int n = 0; n < Shape::kScoreCols / 16; ++n) {
         std::uint32_t b_q[4], b_do[4];
-        b_fragments<QTile>(b_q, sq, score_col0 + 16 * n, k0, lane);
-        b_fragments<QTile>(b_do, sdo, score_col0 + 16 * n, k0, lane);
+        q_as_b.load(b_q, score_col0 + 16 * n, k0);
+        do_as_b.load(b_do, score_col0 + 16 * n, k0);
         mma_m16n8k16<Element>(s_acc[2 * n], a_k, {b_q[0], b_q[1]});
         mma_m16n8k16<Element>(s_acc[2 * n + 1], a_k, {b_q[2], b_q[3]});
         mma_m16n8k16<Element>(dp_acc[2 * n], a_v, {b_do[0], b_do[1]});
@@ -214,9 +221,11 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads, 
       }
     }
 
-    // ---- B. P~^T and dS^T element by element, stored as 16-bit [key][query] tiles.
-    // Element e of the thread: 8-column block e / 4, key row g + 8 * ((e / 2) % 2), query
-    // column 2t + e % 2 (the mma accumulator layout).
+    // ---- B. P~^T and dS^T element by element. Element e of the thread: 8-column block e / 4,
+    // key row g + 8 * ((e / 2) % 2), query column 2t + e % 2 (the mma accumulator layout).
+    // Packed to 16 bits, two 8-column blocks of accumulators are exactly one A fragment of the
+    // next products, so when a warp owns all query columns (kColumnWarps == 1) P~^T never
+    // leaves registers and dS^T goes to shared memory only for the dQ product.
     const std::int64_t i1 = i0 + kQueryRows < p.q_len ? i0 + kQueryRows : p.q_len;
     const bool element_mask = p.mask.active() && !p.mask.tile_fully_visible(i0, i1, j0, j1);
     const auto bh = static_cast<std::uint32_t>(batch * p.q_heads + h);
@@ -227,6 +236,8 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads, 
         });
     const float* lse_log2 = s_lse(stage);
     const float* delta = s_delta(stage);
+    std::uint32_t p_frag[Shape::kScoreCols / 16][4];   // A fragments of P~^T
+    std::uint32_t ds_frag[Shape::kScoreCols / 16][4];  // A fragments of dS^T
 #pragma unroll
     for (int n = 0; n < Shape::kScoreCols / 8; ++n) {
       const int col = score_col0 + 8 * n + 2 * t;  // query within the tile (and col + 1)
@@ -244,23 +255,37 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads, 
           p_dropped[c] = sg.p_dropped;
           ds[c] = sg.ds;
         }
-        *pair_address<ScoreTile>(s_p, row, col) = pack_pair<Element>(p_dropped[0], p_dropped[1]);
-        *pair_address<ScoreTile>(s_ds, row, col) = pack_pair<Element>(ds[0], ds[1]);
+        // a0/a1 hold rows g/g+8 of the first 8 columns, a2/a3 of the second.
+        const int reg = (n % 2) * 2 + half;
+        p_frag[n / 2][reg] = pack_pair<Element>(p_dropped[0], p_dropped[1]);
+        ds_frag[n / 2][reg] = pack_pair<Element>(ds[0], ds[1]);
+        *pair_address<ScoreTile>(s_ds, row, col) = ds_frag[n / 2][reg];
+        if constexpr (Shape::kColumnWarps > 1) {
+          *pair_address<ScoreTile>(s_p, row, col) = p_frag[n / 2][reg];
+        }
       }
     }
-    __syncthreads();  // P~^T and dS^T complete
+    __syncthreads();  // dS^T (and P~^T) complete in shared memory
 
     // ---- C. dV += P~^T dO and dK += dS^T Q for the warp's 16 keys x kGradCols columns.
 #pragma unroll
-    for (int k0 = 0; k0 < kQueryRows; k0 += 16) {
+    for (int kk = 0; kk < kQueryRows / 16; ++kk) {
       std::uint32_t a_p[4], a_ds[4];
-      a_fragment<ScoreTile>(a_p, s_p, key_row0, k0, lane);
-      a_fragment<ScoreTile>(a_ds, s_ds, key_row0, k0, lane);
+      if constexpr (Shape::kColumnWarps == 1) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          a_p[r] = p_frag[kk][r];
+          a_ds[r] = ds_frag[kk][r];
+        }
+      } else {
+        p_as_a.load(a_p, key_row0, 16 * kk);
+        ds_as_a.load(a_ds, key_row0, 16 * kk);
+      }
 #pragma unroll
       for (int n = 0; n < Shape::kGradCols / 16; ++n) {
         std::uint32_t b_do[4], b_q[4];
-        b_fragments_trans<QTile>(b_do, sdo, grad_col0 + 16 * n, k0, lane);
-        b_fragments_trans<QTile>(b_q, sq, grad_col0 + 16 * n, k0, lane);
+        do_as_b_trans.load(b_do, 16 * kk, grad_col0 + 16 * n);
+        q_as_b_trans.load(b_q, 16 * kk, grad_col0 + 16 * n);
         mma_m16n8k16<Element>(dv_acc[2 * n], a_p, {b_do[0], b_do[1]});
         mma_m16n8k16<Element>(dv_acc[2 * n + 1], a_p, {b_do[2], b_do[3]});
         mma_m16n8k16<Element>(dk_acc[2 * n], a_ds, {b_q[0], b_q[1]});
@@ -274,11 +299,11 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads, 
 #pragma unroll
       for (int k0 = 0; k0 < kKeyRows; k0 += 16) {
         std::uint32_t a_ds[4];
-        a_fragment_trans<ScoreTile>(a_ds, s_ds, dq_row0, k0, lane);
+        ds_as_a_trans.load(a_ds, k0, dq_row0);
 #pragma unroll
         for (int n = 0; n < Shape::kDqCols / 16; ++n) {
           std::uint32_t b_k[4];
-          b_fragments_trans<KvTile>(b_k, s_k, dq_col0 + 16 * n, k0, lane);
+          k_as_b.load(b_k, k0, dq_col0 + 16 * n);
           mma_m16n8k16<Element>(dq_acc[2 * n], a_ds, {b_k[0], b_k[1]});
           mma_m16n8k16<Element>(dq_acc[2 * n + 1], a_ds, {b_k[2], b_k[3]});
         }

@@ -1,15 +1,21 @@
 // mma.m16n8k16 operand fragments read with ldmatrix from a SwizzledTile (swizzle.cuh), in the
 // four ways a tile can feed a product. With a tile stored row-major as T[row][col]:
 //
-//   a_fragment        A = T[m0.., k0..]          (the tile is A itself, rows = M)
-//   a_fragment_trans  A = transpose(T)[m0.., k0..], i.e. T stores A column by column (rows = K)
-//   b_fragments       B = transpose(T)           (T stores B's columns as rows: [N][K], e.g. K for
-//                                                 S = Q K^T)
-//   b_fragments_trans B = T                      (T is [K][N] row-major, e.g. V for O = P V)
+//   Operand::a        A = T[m0.., k0..]               (the tile is A itself, rows = M)
+//   Operand::a_trans  A = transpose(T)[m0.., k0..]    (T stores A column by column: [K][M])
+//   Operand::b        B = transpose(T)                (T stores B's columns as rows: [N][K], e.g.
+//                                                      K for S = Q K^T)
+//   Operand::b_trans  B = T                           (T is [K][N] row-major, e.g. V for O = P V)
 //
-// Each b_* call yields the B fragments of two adjacent 8-column tiles (n0 and n0 + 8) for one
-// 16-deep k-step. The lane-to-row assignment follows ldmatrix: lanes 8q..8q+7 give the rows of
-// matrix q, and matrix q lands in register q.
+// A FragmentReader is built once per tile and lane: it resolves everything that depends on the
+// lane (which row it addresses, its XOR term of the swizzle) up front, so each load in an
+// unrolled loop costs one XOR and one add on compile-time offsets instead of the full swizzle
+// arithmetic. That works because every load starts at a row that is a multiple of 8 and a column
+// that is a multiple of 16, so the swizzle's XOR term depends on the lane alone.
+//
+// Each b / b_trans load yields the B fragments of two adjacent 8-column tiles (n0 and n0 + 8) for
+// one 16-deep k-step: registers 0..1 belong to tile n0, 2..3 to tile n0 + 8. Each a / a_trans
+// load yields one 16x16 A fragment.
 #pragma once
 
 #include <cstdint>
@@ -18,48 +24,51 @@
 
 namespace flashpp::cuda {
 
-// The A fragment of the 16x16 block at (m0, k0) of a row-major [M][K] tile.
-// Matrices: 0 = (m0, k0), 1 = (m0 + 8, k0), 2 = (m0, k0 + 8), 3 = (m0 + 8, k0 + 8).
-template <typename Tile, typename Element>
-__device__ __forceinline__ void a_fragment(std::uint32_t (&a)[4], const Element* tile, int m0,
-                                           int k0, int lane) {
-  const int row = m0 + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int col = k0 + (lane >> 4) * 8;
-  ldmatrix_x4(a, shared_address(tile + Tile::offset(row, col)));
-}
+enum class Operand { a, a_trans, b, b_trans };
 
-// The A fragment of the 16x16 block at (m0, k0) of A, where the tile stores A transposed
-// ([K][M] row-major). Matrices: 0 = T(k0, m0), 1 = T(k0, m0 + 8), 2 = T(k0 + 8, m0),
-// 3 = T(k0 + 8, m0 + 8), each transposed by ldmatrix.
-template <typename Tile, typename Element>
-__device__ __forceinline__ void a_fragment_trans(std::uint32_t (&a)[4], const Element* tile,
-                                                 int m0, int k0, int lane) {
-  const int row = k0 + (lane & 7) + (lane >> 4) * 8;
-  const int col = m0 + ((lane >> 3) & 1) * 8;
-  ldmatrix_x4_trans(a, shared_address(tile + Tile::offset(row, col)));
-}
+template <typename Tile, Operand kOperand>
+class FragmentReader {
+  // ldmatrix lanes 8q..8q+7 address the rows of matrix q. Which 8x8 block of the tile matrix q
+  // is, by operand (row block, column block):
+  //   a:       q=0 (0,0)  q=1 (1,0)  q=2 (0,1)  q=3 (1,1)   -> A regs a0..a3
+  //   b_trans: q=0 (0,0)  q=1 (1,0)  q=2 (0,1)  q=3 (1,1)   -> b0,b1 of n0, b0,b1 of n0+8
+  //   a_trans: q=0 (0,0)  q=1 (0,1)  q=2 (1,0)  q=3 (1,1)   -> A regs a0..a3 (transposed)
+  //   b:       q=0 (0,0)  q=1 (0,1)  q=2 (1,0)  q=3 (1,1)   -> b0,b1 of n0, b0,b1 of n0+8
+  static constexpr bool kRowBlockFromBit3 = kOperand == Operand::a || kOperand == Operand::b_trans;
+  static constexpr bool kTranspose = kOperand == Operand::a_trans || kOperand == Operand::b_trans;
+  static constexpr int kPanelChunks = Tile::kPanelChunks;
 
-// B fragments of the 8-column tiles n0 and n0 + 8 at k-step k0, where the tile stores B's
-// columns as rows ([N][K]). b[0..1] belong to tile n0, b[2..3] to tile n0 + 8.
-// Matrices: 0 = T(n0, k0), 1 = T(n0, k0 + 8), 2 = T(n0 + 8, k0), 3 = T(n0 + 8, k0 + 8).
-template <typename Tile, typename Element>
-__device__ __forceinline__ void b_fragments(std::uint32_t (&b)[4], const Element* tile, int n0,
-                                            int k0, int lane) {
-  const int row = n0 + (lane & 7) + (lane >> 4) * 8;
-  const int col = k0 + ((lane >> 3) & 1) * 8;
-  ldmatrix_x4(b, shared_address(tile + Tile::offset(row, col)));
-}
+ public:
+  __device__ __forceinline__ FragmentReader(const void* tile, int lane) {
+    const int bit3 = (lane >> 3) & 1, bit4 = lane >> 4;
+    const int row = (lane & 7) + 8 * (kRowBlockFromBit3 ? bit3 : bit4);
+    const int chunk = kRowBlockFromBit3 ? bit4 : bit3;
+    const int row_xor = kPanelChunks == 8 ? (row & 7) : ((row >> 1) & 3);
+    lane_base_ = shared_address(tile) + 2u * static_cast<std::uint32_t>(row * kPanelChunks * 8);
+    lane_xor_ = chunk ^ row_xor;
+  }
 
-// B fragments of the 8-column tiles n0 and n0 + 8 at k-step k0, where the tile is B itself
-// ([K][N] row-major). b[0..1] belong to tile n0, b[2..3] to tile n0 + 8.
-// Matrices: 0 = T(k0, n0), 1 = T(k0 + 8, n0), 2 = T(k0, n0 + 8), 3 = T(k0 + 8, n0 + 8), each
-// transposed by ldmatrix.
-template <typename Tile, typename Element>
-__device__ __forceinline__ void b_fragments_trans(std::uint32_t (&b)[4], const Element* tile,
-                                                  int n0, int k0, int lane) {
-  const int row = k0 + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int col = n0 + (lane >> 4) * 8;
-  ldmatrix_x4_trans(b, shared_address(tile + Tile::offset(row, col)));
-}
+  // The fragment whose top-left element is tile (row0, col0): row0 a multiple of 8 (16 for a
+  // full fragment), col0 a multiple of 16. For a and b that is (m0 or n0, k0); for a_trans and
+  // b_trans it is (k0, m0 or n0).
+  __device__ __forceinline__ void load(std::uint32_t (&r)[4], int row0, int col0) const {
+    const int chunk0 = col0 / 8;
+    const int panel = chunk0 / kPanelChunks;
+    const int in_panel = (chunk0 % kPanelChunks) ^ lane_xor_;
+    const std::uint32_t address =
+        lane_base_ +
+        2u * static_cast<std::uint32_t>(panel * Tile::kPanelElements + row0 * kPanelChunks * 8 +
+                                        in_panel * 8);
+    if constexpr (kTranspose) {
+      ldmatrix_x4_trans(r, address);
+    } else {
+      ldmatrix_x4(r, address);
+    }
+  }
+
+ private:
+  std::uint32_t lane_base_;
+  int lane_xor_;
+};
 
 }  // namespace flashpp::cuda
