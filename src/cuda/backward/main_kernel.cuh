@@ -138,16 +138,20 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads, 
   const std::int64_t query_tiles =
       rows.end > rows.begin ? (rows.end + kQueryRows - 1) / kQueryRows - first_query_tile : 0;
   const std::int64_t steps = query_tiles * p.heads_per_kv;
-  auto step_head = [&](std::int64_t step) { return kv_head * p.heads_per_kv + step / query_tiles; };
-  auto step_row0 = [&](std::int64_t step) {
-    return (first_query_tile + step % query_tiles) * kQueryRows;
+  // A step's (query head, first row); the walk advances it by one query tile, then one head.
+  struct StepPosition {
+    std::int64_t head, tile;
   };
-
+  auto next_position = [&](StepPosition s) {
+    return ++s.tile == first_query_tile + query_tiles
+               ? StepPosition{s.head + 1, first_query_tile}
+               : s;
+  };
   const auto* q = static_cast<const Element*>(p.q);
   const auto* dout = static_cast<const Element*>(p.dout);
-  auto load_query_step = [&](std::int64_t step, int stage) {
-    const std::int64_t h = step_head(step);
-    const std::int64_t i0 = step_row0(step);
+  auto load_query_step = [&](StepPosition pos, int stage) {
+    const std::int64_t h = pos.head;
+    const std::int64_t i0 = pos.tile * kQueryRows;
     load_rows_async<QTile, kThreads>(s_q(stage),
                                      q + batch * p.q_strides.batch + h * p.q_strides.head,
                                      p.q_strides.row, i0, p.q_len, head_dim, tid);
@@ -166,7 +170,8 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads, 
   load_rows_async<KvTile, kThreads>(
       s_v, static_cast<const Element*>(p.v) + batch * p.v_strides.batch + kv_head * p.v_strides.head,
       p.v_strides.row, j0, p.k_len, head_dim, tid);
-  if (steps > 0) load_query_step(0, 0);
+  StepPosition pos{kv_head * p.heads_per_kv, first_query_tile};
+  if (steps > 0) load_query_step(pos, 0);
   cp_async_commit();
 
   // Warp placement in steps A-C.
@@ -192,11 +197,13 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads, 
     const int stage = static_cast<int>(step & 1);
     cp_async_wait<0>();
     __syncthreads();  // this step's tiles have landed; every warp is done with the last step
-    if (step + 1 < steps) load_query_step(step + 1, stage ^ 1);
+    const StepPosition next = next_position(pos);
+    if (step + 1 < steps) load_query_step(next, stage ^ 1);
     cp_async_commit();
 
-    const std::int64_t h = step_head(step);
-    const std::int64_t i0 = step_row0(step);
+    const std::int64_t h = pos.head;
+    const std::int64_t i0 = pos.tile * kQueryRows;
+    pos = next;
     const FragmentReader<QTile, Operand::b> q_as_b(s_q(stage), lane), do_as_b(s_do(stage), lane);
     const FragmentReader<QTile, Operand::b_trans> q_as_b_trans(s_q(stage), lane),
         do_as_b_trans(s_do(stage), lane);
