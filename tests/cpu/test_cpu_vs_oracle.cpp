@@ -42,14 +42,15 @@ double cost(const AttentionShape& s) {
   return static_cast<double>(s.B) * s.Hq * s.Nq * s.Nk * s.D;
 }
 
-// Shrinks batch, then heads (keeping the GQA ratio where possible) until the case is cheap.
+// Shrinks the case until the oracle can afford it: first the batch, then the number of kv heads
+// (keeping the GQA ratio Hq/Hkv), and only then the ratio itself.
 void fit_budget(AttentionShape& s) {
-  while (cost(s) > kMaxCost && s.B > 1) s.B = 1;
-  while (cost(s) > kMaxCost && s.Hkv > 1) {
+  if (cost(s) > kMaxCost) s.B = 1;
+  if (cost(s) > kMaxCost && s.Hkv > 1) {
     s.Hq /= s.Hkv;
     s.Hkv = 1;
   }
-  while (cost(s) > kMaxCost && s.Hq > 1) s.Hq /= 2, s.Hkv = 1;
+  while (cost(s) > kMaxCost && s.Hq > 1) s.Hq /= 2;
 }
 
 template <class T, std::size_t N>
