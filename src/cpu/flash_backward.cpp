@@ -1,6 +1,8 @@
 // The tiled FlashAttention-2 backward on the CPU: deterministic, no floating-point atomics.
 //
 //   step 0  D_i = rowsum(dO_i * O_i) for every query row (stored in the workspace)
+// then one of two schedules: the single pass of backward_per_kv_head.cpp when B x Hkv tasks
+// keep every thread busy (see use_per_kv_head_schedule), otherwise the two passes here:
 //   pass 1  one task per (batch, kv head, key tile j): dK_j and dV_j accumulate in per-thread
 //           scratch while the task walks every query head of its group and every query tile i;
 //           each element of dK/dV is therefore summed by one thread in a fixed order.
@@ -23,6 +25,8 @@
 #include <cmath>
 #include <vector>
 
+#include <omp.h>
+
 #include "cpu_backend.hpp"
 #include "tile_config.hpp"
 #include "tile_dropout.hpp"
@@ -30,84 +34,10 @@
 #include "tile_io.hpp"
 #include "tile_scratch.hpp"
 #include "tile_softmax.hpp"
+#include "backward_steps.hpp"
 
 namespace flashpp::cpu {
 namespace {
-
-// ---- step 0: D = rowsum(dO * O) ------------------------------------------------------------------
-
-// d_rows[(b * Hq + h) * Nq + i] = sum_d dO[b,i,h,d] * O[b,i,h,d]
-void compute_output_dot(const detail::BackwardArgs& a, float* d_rows) {
-  const detail::Problem& p = a.problem;
-  const std::int64_t rows = p.B * p.Hq * p.Nq;
-#pragma omp parallel
-  {
-    std::vector<float> o(static_cast<std::size_t>(p.D)), dout(static_cast<std::size_t>(p.D));
-#pragma omp for schedule(static)
-    for (std::int64_t x = 0; x < rows; ++x) {
-      const std::int64_t i = x % p.Nq, bh = x / p.Nq, h = bh % p.Hq, b = bh / p.Hq;
-      convert_to_f32(element_ptr(a.o, detail::offset4(a.o, b, i, h, 0)), a.o.dtype, p.D, o.data());
-      convert_to_f32(element_ptr(a.dout, detail::offset4(a.dout, b, i, h, 0)), a.dout.dtype, p.D,
-                     dout.data());
-      float sum = 0.0f;
-      for (std::int64_t d = 0; d < p.D; ++d) sum += o[d] * dout[d];
-      d_rows[x] = sum;
-    }
-  }
-}
-
-// lse of rows i0 .. i0+rows-1 as exp(S - lse) wants it (see backward_lse_for_exp); lanes
-// beyond `rows` get 0 so that padding lanes stay finite.
-void load_lse(const detail::BackwardArgs& a, std::int64_t b, std::int64_t h, std::int64_t i0,
-              std::int64_t rows, std::int64_t padded, float* out) {
-  const float* lse = static_cast<const float*>(a.lse.data);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    out[r] = backward_lse_for_exp(lse[detail::offset3(a.lse, b, h, i0 + r)]);
-  }
-  for (std::int64_t r = rows; r < padded; ++r) out[r] = 0.0f;
-}
-
-void load_output_dot(const float* d_rows, const detail::Problem& p, std::int64_t b,
-                     std::int64_t h, std::int64_t i0, std::int64_t rows, std::int64_t padded,
-                     float* out) {
-  const float* src = d_rows + (b * p.Hq + h) * p.Nq + i0;
-  for (std::int64_t r = 0; r < rows; ++r) out[r] = src[r];
-  for (std::int64_t r = rows; r < padded; ++r) out[r] = 0.0f;
-}
-
-// ---- the shared middle of both passes ------------------------------------------------------------
-
-// Tiles of one (query tile, key tile) pair in one orientation: `rows` x `lanes`, leading
-// dimension ld. s holds the (capped, masked) scores and is kept for the softcap derivative;
-// p the probabilities P; p_drop (null when not wanted) receives P~ = P z with dropout on
-// (without dropout P~ = P and callers read p); dp becomes dS; z holds the dropout factors.
-struct PairTiles {
-  float* s;
-  float* p;
-  float* p_drop;
-  float* dp;
-  float* z;
-};
-
-// From scores and dP already computed: P, P~ and dS for a tile whose per-query statistics
-// are per row (query-major) or per lane (key-major).
-void probabilities_and_score_gradient(const detail::Problem& p, PairTiles& t, std::int64_t ld,
-                                      std::int64_t rows, std::int64_t lanes, bool query_major,
-                                      const float* lse, const float* d_rows) {
-  const bool dropout = p.dropout.enabled();
-  const bool capped = p.softcap > 0.0f;
-  const float inv_cap = capped ? 1.0f / p.softcap : 0.0f;
-  for (std::int64_t x = 0; x < rows; ++x) {
-    const QueryStat lse_stat{query_major ? lse + x : lse, !query_major};
-    const QueryStat d_stat{query_major ? d_rows + x : d_rows, !query_major};
-    float* s = t.s + x * ld;
-    float* prob = t.p + x * ld;
-    probabilities_row(s, prob, lanes, lse_stat);
-    const float* z = dropout ? t.z + x * ld : nullptr;
-    if (dropout && t.p_drop != nullptr) multiply_row(prob, z, t.p_drop + x * ld, lanes);
-    score_gradient_row(prob, t.dp + x * ld, z, capped ? s : nullptr, inv_cap, lanes, d_stat);
-  }
-}
 
 // ---- pass 1: dK, dV per key tile -----------------------------------------------------------------
 
@@ -244,6 +174,18 @@ void backward_query_tile(const detail::BackwardArgs& a, const float* d_rows, std
   store_tile_rows(w.dq.get(), D, a.dq, b, i0, q_rows, h, D, p.scale);
 }
 
+// The single-pass schedule (backward_per_kv_head.cpp) does 5 tile products per pair instead
+// of 7, but parallelises over B x Hkv only and keeps Nk x D float32 accumulators for dK and dV
+// per thread. Use it when those tasks balance over the threads (many of them, or a multiple of
+// the thread count, each equally expensive) and the accumulators stay small.
+bool use_per_kv_head_schedule(const detail::Problem& p) {
+  const std::int64_t threads = omp_get_max_threads();
+  const std::int64_t tasks = p.B * p.Hkv;
+  const bool balanced = tasks >= 4 * threads || tasks % threads == 0;
+  const bool small = 2 * p.Nk * p.D * static_cast<std::int64_t>(sizeof(float)) <= (64 << 20);
+  return balanced && small;
+}
+
 }  // namespace
 
 std::size_t backward_workspace_size(const detail::Problem& p) {
@@ -262,6 +204,11 @@ void flash_backward(const detail::BackwardArgs& a) {
     d_rows = own.data();
   }
   compute_output_dot(a, d_rows);
+
+  if (use_per_kv_head_schedule(p)) {
+    backward_per_kv_head(a, d_rows);
+    return;
+  }
 
   // Pass 1: dK, dV. With Nq == 0 every task still runs and writes zeros.
   const std::int64_t key_tile = choose_tile(kBwdKeyTile, p.B * p.Hkv, p.Nk);
