@@ -4,6 +4,7 @@
 #include "flashpp/flashpp.h"
 
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
@@ -62,16 +63,28 @@ void require_non_null(const char* call, const char* name, const void* pointer) {
   if (pointer == nullptr) invalid(call, std::string(name) + ": expected a pointer, got NULL");
 }
 
+// The integer a C enum field holds. C code may store any int there, but C++ may assume an
+// object of enum type holds only values in its enumerators' range, so reading an out-of-range
+// value through the enum type is undefined (UBSan flags it, -fstrict-enums folds the checks
+// away). Copying the bytes into an int reads it safely.
+template <class Enum>
+int raw_enum_value(const Enum& field) {
+  static_assert(sizeof(Enum) == sizeof(int), "C enums are int-sized on supported ABIs");
+  int value;
+  std::memcpy(&value, &field, sizeof value);
+  return value;
+}
+
 // A C tensor to a C++ view. Enum values from C may be anything, so they are checked here (the
 // C++ API trusts its enums); shapes and strides are checked by the C++ validation.
 flashpp::TensorView to_view(const char* call, const char* name, const flashpp_tensor* t) {
   require_non_null(call, name, t);
-  const int dtype = static_cast<int>(t->dtype);
+  const int dtype = raw_enum_value(t->dtype);
   if (dtype < FLASHPP_F32 || dtype > FLASHPP_F64) {
     invalid(call, std::string(name) + ": expected dtype FLASHPP_F32, F16, BF16 or F64, got " +
                       std::to_string(dtype));
   }
-  const int device = static_cast<int>(t->device_type);
+  const int device = raw_enum_value(t->device_type);
   if (device != FLASHPP_CPU && device != FLASHPP_CUDA) {
     invalid(call, std::string(name) + ": expected device_type FLASHPP_CPU or FLASHPP_CUDA, got " +
                       std::to_string(device));
@@ -100,12 +113,12 @@ flashpp::TensorView to_optional_view(const char* call, const char* name,
 
 flashpp::Options to_options(const char* call, const flashpp_options* o) {
   require_non_null(call, "options", o);
-  const int alignment = static_cast<int>(o->alignment);
+  const int alignment = raw_enum_value(o->alignment);
   if (alignment != FLASHPP_ALIGN_TOP_LEFT && alignment != FLASHPP_ALIGN_BOTTOM_RIGHT) {
     invalid(call, "options.alignment: expected FLASHPP_ALIGN_TOP_LEFT or "
                   "FLASHPP_ALIGN_BOTTOM_RIGHT, got " + std::to_string(alignment));
   }
-  const int backend = static_cast<int>(o->backend);
+  const int backend = raw_enum_value(o->backend);
   if (backend < FLASHPP_BACKEND_AUTO || backend > FLASHPP_BACKEND_CPU_REFERENCE) {
     invalid(call, "options.backend: expected FLASHPP_BACKEND_AUTO, CPU, CUDA or CPU_REFERENCE, "
                   "got " + std::to_string(backend));
