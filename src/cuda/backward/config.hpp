@@ -27,7 +27,10 @@ template <int kHeadDim>
 struct MainTile {
   static constexpr int kKeyRows = kHeadDim <= 128 ? 128 : 64;
   static constexpr int kQueryRows = kHeadDim <= 96 || kHeadDim == 192 ? 64 : 32;
-  static constexpr int kWarps = 8;
+  static constexpr int kWarps = kHeadDim <= 128 ? 8 : 8;
+  // Blocks of 4 warps leave room for two per SM (registers: 2 x 128 x 255 < 64 K), so one
+  // block's mma phase can overlap the other's element-wise phase and barriers.
+  static constexpr int kMinBlocksPerSm = kWarps <= 4 ? 2 : 1;
 };
 
 // Deterministic dQ kernel (one block per query tile): every warp owns 16 query rows and keeps its

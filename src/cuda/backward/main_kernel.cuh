@@ -88,7 +88,8 @@ __device__ __forceinline__ RowRange rows_seeing_keys(const detail::Mask& m, std:
 }
 
 template <typename Element, int kHeadDim>
-__global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads, 1)
+__global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
+                                  MainTile<kHeadDim>::kMinBlocksPerSm)
     bwd_main_kernel(const BackwardParams p, bool accumulate_dq) {
   using Shape = MainKernelShape<Element, kHeadDim>;
   using KvTile = typename Shape::KvTile;
@@ -245,33 +246,39 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads, 
     const float* delta = s_delta(stage);
     std::uint32_t p_frag[Shape::kScoreCols / 16][4];   // A fragments of P~^T
     std::uint32_t ds_frag[Shape::kScoreCols / 16][4];  // A fragments of dS^T
+    with_score_flags(p.softcap > 0.0f, element_mask, [&](auto softcap_flag, auto mask_flag) {
+      constexpr bool kSoftcap = decltype(softcap_flag)::value;
+      constexpr bool kMasked = decltype(mask_flag)::value;
 #pragma unroll
-    for (int n = 0; n < Shape::kScoreCols / 8; ++n) {
-      const int col = score_col0 + 8 * n + 2 * t;  // query within the tile (and col + 1)
+      for (int n = 0; n < Shape::kScoreCols / 8; ++n) {
+        const int col = score_col0 + 8 * n + 2 * t;  // query within the tile (and col + 1)
+        const float2 lse_pair = *reinterpret_cast<const float2*>(lse_log2 + col);
+        const float2 delta_pair = *reinterpret_cast<const float2*>(delta + col);
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = key_row0 + g + 8 * half;  // key within the tile
-        float p_dropped[2], ds[2];
+        for (int half = 0; half < 2; ++half) {
+          const int row = key_row0 + g + 8 * half;  // key within the tile
+          float p_dropped[2], ds[2];
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int e = 4 * n + 2 * half + c;
-          const bool visible = !element_mask || p.mask.visible(i0 + col + c, j0 + row);
-          const ScoreGradient sg =
-              score_gradient(p, s_acc[n][2 * half + c], dp_acc[n][2 * half + c],
-                             lse_log2[col + c], delta[col + c], visible, (keep_bits >> e) & 1u);
-          p_dropped[c] = sg.p_dropped;
-          ds[c] = sg.ds;
-        }
-        // a0/a1 hold rows g/g+8 of the first 8 columns, a2/a3 of the second.
-        const int reg = (n % 2) * 2 + half;
-        p_frag[n / 2][reg] = pack_pair<Element>(p_dropped[0], p_dropped[1]);
-        ds_frag[n / 2][reg] = pack_pair<Element>(ds[0], ds[1]);
-        *pair_address<ScoreTile>(s_ds, row, col) = ds_frag[n / 2][reg];
-        if constexpr (Shape::kColumnWarps > 1) {
-          *pair_address<ScoreTile>(s_p, row, col) = p_frag[n / 2][reg];
+          for (int c = 0; c < 2; ++c) {
+            const int e = 4 * n + 2 * half + c;
+            const bool visible = !kMasked || p.mask.visible(i0 + col + c, j0 + row);
+            const ScoreGradient sg = score_gradient<kSoftcap>(
+                p, s_acc[n][2 * half + c], dp_acc[n][2 * half + c], c ? lse_pair.y : lse_pair.x,
+                c ? delta_pair.y : delta_pair.x, visible, (keep_bits >> e) & 1u);
+            p_dropped[c] = sg.p_dropped;
+            ds[c] = sg.ds;
+          }
+          // a0/a1 hold rows g/g+8 of the first 8 columns, a2/a3 of the second.
+          const int reg = (n % 2) * 2 + half;
+          p_frag[n / 2][reg] = pack_pair<Element>(p_dropped[0], p_dropped[1]);
+          ds_frag[n / 2][reg] = pack_pair<Element>(ds[0], ds[1]);
+          *pair_address<ScoreTile>(s_ds, row, col) = ds_frag[n / 2][reg];
+          if constexpr (Shape::kColumnWarps > 1) {
+            *pair_address<ScoreTile>(s_p, row, col) = p_frag[n / 2][reg];
+          }
         }
       }
-    }
+    });
     __syncthreads();  // dS^T (and P~^T) complete in shared memory
 
     // ---- C. dV += P~^T dO and dK += dS^T Q for the warp's 16 keys x kGradCols columns.

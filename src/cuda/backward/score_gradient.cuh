@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/math.cuh"
 #include "params.hpp"
@@ -20,28 +21,46 @@ struct ScoreGradient {
 
 // `lse_log2` is lse * log2(e), +inf where the row sees no key or does not exist, so P = 0 there.
 // `visible` is false for elements the mask hides; `kept` is the dropout decision (true without
-// dropout), from dropout_keep_bits below.
+// dropout, where keep_scale is 1), from dropout_keep_bits below.
+// kSoftcap is a template flag rather than a test of p.softcap: the caller branches once per tile,
+// so the common path carries no tanh, not even predicated off, in its unrolled element loop.
+template <bool kSoftcap>
 __device__ __forceinline__ ScoreGradient score_gradient(const BackwardParams& p, float qk,
                                                         float dp, float lse_log2, float delta,
                                                         bool visible, bool kept) {
   float logit_log2;
   float softcap_chain = 1.0f;
-  if (p.softcap > 0.0f) {
+  if constexpr (kSoftcap) {
     const float t = tanhf(qk * p.scale / p.softcap);
-    logit_log2 = p.softcap * t * kLog2e;
+    logit_log2 = p.softcap * kLog2e * t;
     softcap_chain = 1.0f - t * t;
   } else {
     logit_log2 = qk * p.scale_log2;
   }
   // Assign rather than multiply: a hidden element's exp2 may be inf.
   const float prob = visible ? fast_exp2(logit_log2 - lse_log2) : 0.0f;
-  float p_dropped = prob;
-  if (p.dropout.threshold != 0) {
-    const float factor = kept ? p.dropout.keep_scale : 0.0f;
-    p_dropped = prob * factor;
-    dp *= factor;
+  const float factor = kept ? p.dropout.keep_scale : 0.0f;
+  const float p_dropped = prob * factor;
+  float ds = prob * (dp * factor - delta);
+  if constexpr (kSoftcap) ds *= softcap_chain;
+  return ScoreGradient{p_dropped, ds};
+}
+
+// Calls body(std::bool_constant<softcap>, std::bool_constant<masked>) with the flags known at
+// compile time: one branch per tile instead of one per element.
+template <typename Body>
+__device__ __forceinline__ void with_score_flags(bool softcap, bool masked, Body&& body) {
+  if (softcap) {
+    if (masked) {
+      body(std::true_type{}, std::true_type{});
+    } else {
+      body(std::true_type{}, std::false_type{});
+    }
+  } else if (masked) {
+    body(std::false_type{}, std::true_type{});
+  } else {
+    body(std::false_type{}, std::false_type{});
   }
-  return ScoreGradient{p_dropped, prob * (dp - delta) * softcap_chain};
 }
 
 // The dropout decisions of a thread's accumulator elements as a bit mask (bit e for element e;
