@@ -279,7 +279,10 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
         }
       }
     });
-    __syncthreads();  // dS^T (and P~^T) complete in shared memory
+    // When the warp owns all query columns, step C reads only its own registers and the Q/dO
+    // tiles that were complete at the top of the step, so it runs before the barrier: warps that
+    // finish B early start their tensor-core work while the others are still in B.
+    if constexpr (Shape::kColumnWarps > 1) __syncthreads();  // P~^T, dS^T complete
 
     // ---- C. dV += P~^T dO and dK += dS^T Q for the warp's 16 keys x kGradCols columns.
 #pragma unroll
@@ -307,6 +310,8 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
       }
     }
 
+    if constexpr (Shape::kColumnWarps == 1) __syncthreads();  // dS^T complete
+
     // ---- D. dQ_i += dS K_j (unscaled) into the float32 accumulator.
     if (accumulate_dq) {
       float dq_acc[Shape::kDqCols / 8][4] = {};
@@ -322,13 +327,15 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
           mma_m16n8k16<Element>(dq_acc[2 * n + 1], a_ds, {b_k[2], b_k[3]});
         }
       }
-      float* accum = p.dq_accum + ((batch * p.q_heads + h) * p.rows_padded + i0) * p.accum_width;
+      // accum_width == kHeadDim (workspace_layout), so the per-element offsets are constants.
+      float* accum = p.dq_accum +
+                     ((batch * p.q_heads + h) * p.rows_padded + i0 + dq_row0 + g) * kHeadDim +
+                     dq_col0 + 2 * t;
 #pragma unroll
       for (int n = 0; n < Shape::kDqCols / 8; ++n) {
-        const int col = dq_col0 + 8 * n + 2 * t;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          float* dst = accum + static_cast<std::int64_t>(dq_row0 + g + 8 * half) * p.accum_width + col;
+          float* dst = accum + 8 * half * kHeadDim + 8 * n;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
           atomicAdd(reinterpret_cast<float2*>(dst),
                     make_float2(dq_acc[n][2 * half], dq_acc[n][2 * half + 1]));
