@@ -17,10 +17,11 @@
 // Tile orientation is chosen per pass so that nothing is transposed in an inner loop:
 //   pass 1 (key tile fixed): K_j^T and V_j^T are transposed once per task; per query tile the
 //     query-major S = Q K_j^T and dP = dO V_j^T have keys along the lanes, and
-//     dV += P~^T dO, dK += dS^T Q read P~ and dS column-wise (A col-major) with Q, dO as stored.
+//     dV += P~^T dO, dK += dS^T Q read P~ and dS column-wise (A col-major) and Q, dO rows.
 //   pass 2 (query tile fixed): Q_i^T and dO_i^T are transposed once per task; per key tile the
 //     key-major S^T = K Q_i^T, dP^T = V dO_i^T have queries along the lanes, and
-//     dQ += dS K reads dS^T column-wise with K as stored.
+//     dQ += dS K reads dS^T column-wise and K rows.
+// Row tiles (Q, dO, K, V) are contiguous float32 copies, as in the forward.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -85,26 +86,27 @@ void backward_key_tile(const detail::BackwardArgs& a, const float* d_rows, std::
       // page apart; each is read by many micro-kernel blocks).
       load_tile_rows(a.q, b, i0, q_rows, h, D, w.q.get(), D, q_rows);
       load_tile_rows(a.dout, b, i0, q_rows, h, D, w.dout.get(), D, q_rows);
-      const RowsView q{w.q.get(), D}, dout{w.dout.get(), D};
+      const float* q = w.q.get();
+      const float* dout = w.dout.get();
       load_lse(a, b, h, i0, q_rows, q_rows, w.lse.get());
       load_output_dot(d_rows, p, b, h, i0, q_rows, q_rows, w.d_rows.get());
 
       // S = Q (scale K)^T (then softcap, mask), dP = dO V^T: query-major, keys along the lanes.
-      tile_gemm<ALayout::row_major>(q_rows, kv_cols, D, q.ptr, q.ld, w.k_t.get(), ld, t.s, ld, false);
+      tile_gemm<ALayout::row_major>(q_rows, kv_cols, D, q, D, w.k_t.get(), ld, t.s, ld, false);
       if (p.softcap > 0.0f) apply_softcap(t.s, ld, q_rows, kv_cols, p.softcap);
       if (masked && !p.mask.tile_fully_visible(i0, i0 + q_rows, j0, j0 + kv_rows)) {
         apply_tile_mask_query_major(t.s, ld, q_rows, kv_cols, i0, j0, p.mask);
       }
-      tile_gemm<ALayout::row_major>(q_rows, kv_cols, D, dout.ptr, dout.ld, w.v_t.get(), ld, t.dp,
+      tile_gemm<ALayout::row_major>(q_rows, kv_cols, D, dout, D, w.v_t.get(), ld, t.dp,
                                     ld, false);
       if (dropout) dropout_factors_query_major(t.z, ld, q_rows, kv_rows, i0, j0, bh, p.dropout);
       probabilities_and_score_gradient(p, t, ld, q_rows, kv_cols, true, w.lse.get(),
                                        w.d_rows.get());
 
       // dV[c][:] += sum_r P~[r][c] dO[r][:];  dK[c][:] += sum_r dS[r][c] Q[r][:] (scale later)
-      tile_gemm<ALayout::col_major>(kv_rows, D, q_rows, p_tilde, ld, dout.ptr, dout.ld,
+      tile_gemm<ALayout::col_major>(kv_rows, D, q_rows, p_tilde, ld, dout, D,
                                     w.dv.get(), D, true);
-      tile_gemm<ALayout::col_major>(kv_rows, D, q_rows, t.dp, ld, q.ptr, q.ld, w.dk.get(), D,
+      tile_gemm<ALayout::col_major>(kv_rows, D, q_rows, t.dp, ld, q, D, w.dk.get(), D,
                                     true);
     }
   }
@@ -154,22 +156,23 @@ void backward_query_tile(const detail::BackwardArgs& a, const float* d_rows, std
     const std::int64_t kv_rows = j1 - j0;
     load_tile_rows(a.k, b, j0, kv_rows, hk, D, w.k.get(), D, kv_rows);
     load_tile_rows(a.v, b, j0, kv_rows, hk, D, w.v.get(), D, kv_rows);
-    const RowsView k{w.k.get(), D}, v{w.v.get(), D};
+    const float* k = w.k.get();
+    const float* v = w.v.get();
 
     // S^T = K (scale Q)^T (then softcap, mask), dP^T = V dO^T: key-major, queries along lanes.
-    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, k.ptr, k.ld, w.q_t.get(), ld, t.s, ld, false);
+    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, k, D, w.q_t.get(), ld, t.s, ld, false);
     if (p.softcap > 0.0f) apply_softcap(t.s, ld, kv_rows, q_cols, p.softcap);
     if (masked && !p.mask.tile_fully_visible(i0, i0 + q_rows, j0, j1)) {
       apply_tile_mask_key_major(t.s, ld, kv_rows, q_cols, i0, j0, p.mask);
     }
-    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, v.ptr, v.ld, w.dout_t.get(), ld, t.dp, ld,
+    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, v, D, w.dout_t.get(), ld, t.dp, ld,
                                   false);
     if (dropout) dropout_factors_key_major(t.z, ld, kv_rows, q_rows, i0, j0, bh, p.dropout);
     probabilities_and_score_gradient(p, t, ld, kv_rows, q_cols, false, w.lse.get(),
                                      w.d_rows.get());
 
     // dQ[r][:] += sum_c dS^T[c][r] K[c][:]  (scale later)
-    tile_gemm<ALayout::col_major>(q_rows, D, kv_rows, t.dp, ld, k.ptr, k.ld, w.dq.get(), D, true);
+    tile_gemm<ALayout::col_major>(q_rows, D, kv_rows, t.dp, ld, k, D, w.dq.get(), D, true);
   }
   store_tile_rows(w.dq.get(), D, a.dq, b, i0, q_rows, h, D, p.scale);
 }

@@ -11,7 +11,7 @@
 //
 // Why key-major: with queries along the lanes the softmax statistics are plain vectors (no
 // horizontal reductions), Q^T is transposed once per task instead of K once per tile product,
-// and both products read K and V rows as stored (see tile_gemm.hpp).
+// and both products read K and V as rows (see tile_gemm.hpp).
 #include <cmath>
 #include <limits>
 

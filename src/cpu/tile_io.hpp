@@ -156,21 +156,6 @@ inline void load_tile_transposed(const TensorView& t, std::int64_t b, std::int64
   }
 }
 
-// A float32 view of rows n0 .. n0+rows-1 (row i at ptr + i * ld). f32 tensors are used in place
-// (their rows are contiguous; no copy), other dtypes are converted into `buffer` (ld = D).
-struct RowsView {
-  const float* ptr;
-  std::int64_t ld;
-};
-inline RowsView view_tile_rows(const TensorView& t, std::int64_t b, std::int64_t n0,
-                               std::int64_t rows, std::int64_t h, std::int64_t D, float* buffer) {
-  if (t.dtype == DType::f32 && rows > 0) {
-    return {static_cast<const float*>(t.data) + detail::offset4(t, b, n0, h, 0), t.strides[1]};
-  }
-  load_tile_rows(t, b, n0, rows, h, D, buffer, D, rows);
-  return {buffer, D};
-}
-
 // src[r * ld + d] times `scale` -> rows n0 .. n0+rows-1 of head h of batch b.
 inline void store_tile_rows(const float* src, std::int64_t ld, const TensorView& t, std::int64_t b,
                             std::int64_t n0, std::int64_t rows, std::int64_t h, std::int64_t D,

@@ -33,7 +33,7 @@ struct QueryStat {
 
 // ---- scores -----------------------------------------------------------------------------------
 
-// s = cap * tanh(s / cap) on rows x cols of a tile (cols a multiple of 16 in the AVX-512 build).
+// s = cap * tanh(s / cap) on rows x cols of a tile.
 inline void apply_softcap(float* s, std::int64_t ld, std::int64_t rows, std::int64_t cols,
                           float cap) {
   const float inv_cap = 1.0f / cap;
