@@ -164,9 +164,11 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
           i = i0 + row0 + g + 8 * ((e / 2) % 2);
           j = j0 + 8 * (e / 4) + 2 * t + (e % 2);
         });
-    with_score_flags(p.softcap > 0.0f, element_mask, [&](auto softcap_flag, auto mask_flag) {
+    with_score_flags(p.softcap > 0.0f, element_mask, p.dropout.threshold != 0,
+                     [&](auto softcap_flag, auto mask_flag, auto dropout_flag) {
       constexpr bool kSoftcap = decltype(softcap_flag)::value;
       constexpr bool kMasked = decltype(mask_flag)::value;
+      constexpr bool kDropout = decltype(dropout_flag)::value;
 #pragma unroll
       for (int n = 0; n < kKeyRows / 8; ++n) {
 #pragma unroll
@@ -175,7 +177,7 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
           const std::int64_t i = i0 + row0 + g + 8 * half;
           const std::int64_t j = j0 + 8 * n + 2 * t + (e & 1);
           const bool visible = !kMasked || p.mask.visible(i, j);
-          s_acc[n][e] = score_gradient<kSoftcap>(p, s_acc[n][e], dp_acc[n][e], lse_log2[half],
+          s_acc[n][e] = score_gradient<kSoftcap, kDropout>(p, s_acc[n][e], dp_acc[n][e], lse_log2[half],
                                                  delta[half], visible, (keep_bits >> (4 * n + e)) & 1u)
                             .ds;
         }

@@ -246,9 +246,11 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     const float* delta = s_delta(stage);
     std::uint32_t p_frag[Shape::kScoreCols / 16][4];   // A fragments of P~^T
     std::uint32_t ds_frag[Shape::kScoreCols / 16][4];  // A fragments of dS^T
-    with_score_flags(p.softcap > 0.0f, element_mask, [&](auto softcap_flag, auto mask_flag) {
+    with_score_flags(p.softcap > 0.0f, element_mask, p.dropout.threshold != 0,
+                     [&](auto softcap_flag, auto mask_flag, auto dropout_flag) {
       constexpr bool kSoftcap = decltype(softcap_flag)::value;
       constexpr bool kMasked = decltype(mask_flag)::value;
+      constexpr bool kDropout = decltype(dropout_flag)::value;
 #pragma unroll
       for (int n = 0; n < Shape::kScoreCols / 8; ++n) {
         const int col = score_col0 + 8 * n + 2 * t;  // query within the tile (and col + 1)
@@ -262,7 +264,7 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
           for (int c = 0; c < 2; ++c) {
             const int e = 4 * n + 2 * half + c;
             const bool visible = !kMasked || p.mask.visible(i0 + col + c, j0 + row);
-            const ScoreGradient sg = score_gradient<kSoftcap>(
+            const ScoreGradient sg = score_gradient<kSoftcap, kDropout>(
                 p, s_acc[n][2 * half + c], dp_acc[n][2 * half + c], c ? lse_pair.y : lse_pair.x,
                 c ? delta_pair.y : delta_pair.x, visible, (keep_bits >> e) & 1u);
             p_dropped[c] = sg.p_dropped;

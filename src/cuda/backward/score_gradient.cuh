@@ -22,44 +22,58 @@ struct ScoreGradient {
 // `lse_log2` is lse * log2(e), +inf where the row sees no key or does not exist, so P = 0 there.
 // `visible` is false for elements the mask hides; `kept` is the dropout decision (true without
 // dropout, where keep_scale is 1), from dropout_keep_bits below.
-// kSoftcap is a template flag rather than a test of p.softcap: the caller branches once per tile,
-// so the common path carries no tanh, not even predicated off, in its unrolled element loop.
-template <bool kSoftcap>
+// kSoftcap and kDropout are template flags rather than tests of p: the caller branches once per
+// tile, so the common path carries no tanh and no dropout factor, not even predicated off, in
+// its unrolled element loop.
+template <bool kSoftcap, bool kDropout>
 __device__ __forceinline__ ScoreGradient score_gradient(const BackwardParams& p, float qk,
                                                         float dp, float lse_log2, float delta,
                                                         bool visible, bool kept) {
-  float logit_log2;
+  float prob;
   float softcap_chain = 1.0f;
   if constexpr (kSoftcap) {
     const float t = tanhf(qk * p.scale / p.softcap);
-    logit_log2 = p.softcap * kLog2e * t;
+    prob = fast_exp2(p.softcap * kLog2e * t - lse_log2);
     softcap_chain = 1.0f - t * t;
   } else {
-    logit_log2 = qk * p.scale_log2;
+    prob = fast_exp2(fmaf(qk, p.scale_log2, -lse_log2));
   }
   // Assign rather than multiply: a hidden element's exp2 may be inf.
-  const float prob = visible ? fast_exp2(logit_log2 - lse_log2) : 0.0f;
-  const float factor = kept ? p.dropout.keep_scale : 0.0f;
-  const float p_dropped = prob * factor;
-  float ds = prob * (dp * factor - delta);
+  if (!visible) prob = 0.0f;
+  float p_dropped = prob;
+  if constexpr (kDropout) {
+    const float factor = kept ? p.dropout.keep_scale : 0.0f;
+    p_dropped = prob * factor;
+    dp *= factor;
+  }
+  float ds = prob * (dp - delta);
   if constexpr (kSoftcap) ds *= softcap_chain;
   return ScoreGradient{p_dropped, ds};
 }
 
-// Calls body(std::bool_constant<softcap>, std::bool_constant<masked>) with the flags known at
-// compile time: one branch per tile instead of one per element.
+// Calls body(std::bool_constant<softcap>, std::bool_constant<masked>,
+// std::bool_constant<dropout>) with the flags known at compile time: one branch per tile instead
+// of one per element.
 template <typename Body>
-__device__ __forceinline__ void with_score_flags(bool softcap, bool masked, Body&& body) {
+__device__ __forceinline__ void with_score_flags(bool softcap, bool masked, bool dropout,
+                                                 Body&& body) {
+  auto with_dropout = [&](auto softcap_flag, auto mask_flag) {
+    if (dropout) {
+      body(softcap_flag, mask_flag, std::true_type{});
+    } else {
+      body(softcap_flag, mask_flag, std::false_type{});
+    }
+  };
   if (softcap) {
     if (masked) {
-      body(std::true_type{}, std::true_type{});
+      with_dropout(std::true_type{}, std::true_type{});
     } else {
-      body(std::true_type{}, std::false_type{});
+      with_dropout(std::true_type{}, std::false_type{});
     }
   } else if (masked) {
-    body(std::false_type{}, std::true_type{});
+    with_dropout(std::false_type{}, std::true_type{});
   } else {
-    body(std::false_type{}, std::false_type{});
+    with_dropout(std::false_type{}, std::false_type{});
   }
 }
 
