@@ -191,6 +191,16 @@ std::vector<NamedCase> targeted_cases() {
   add("decode", {3, 1, 1000, 8, 1, 128}, DType::bf16, Layout::bnhd, causal_br);
   // Single key.
   add("onekey", {2, 127, 1, 4, 2, 64}, DType::f16, Layout::bhnd, plain);
+  // Lengths at and just past the CPU backend's tile sizes (multiples of 16, 36, 48, 64, 96,
+  // 128, 256), where an off-by-one in a tile bound would show.
+  Options window_both{};
+  window_both.window_left = 40;
+  window_both.window_right = 7;
+  add("tileedge", {1, 256, 256, 2, 1, 32}, DType::f32, Layout::bnhd, causal);
+  add("tileedge", {1, 128, 257, 2, 2, 16}, DType::bf16, Layout::padded, causal_br);
+  add("tileedge", {1, 65, 96, 4, 1, 64}, DType::f16, Layout::bhnd, window_both);
+  add("tileedge", {2, 48, 36, 2, 1, 80}, DType::f32, Layout::bhnd, plain);
+  add("tileedge", {1, 129, 64, 3, 3, 40}, DType::f16, Layout::bnhd, causal_br);
   // A window that lies wholly outside the keys for some rows.
   Options far_right{};
   far_right.window_left = 0;

@@ -90,5 +90,24 @@ TEST(CpuBackend, LayoutDoesNotChangeValues) {
   }
 }
 
+// Backend::automatic on CPU tensors is Backend::cpu; write_lse = false leaves lse alone and
+// does not change o.
+TEST(CpuBackend, AutomaticBackendAndWriteLseOff) {
+  const AttentionCase c = gqa_case(DType::f16, Layout::bnhd);
+  const AttentionInputs in = make_inputs(c);
+  const ForwardOutputs cpu = run_forward(in, c.options, Backend::cpu);
+  const ForwardOutputs automatic = run_forward(in, c.options, Backend::automatic);
+  EXPECT_TRUE(bit_identical(cpu.o, automatic.o));
+  EXPECT_TRUE(bit_identical(cpu.lse, automatic.lse));
+
+  Options no_lse = c.options;
+  no_lse.write_lse = false;
+  no_lse.backend = Backend::cpu;
+  HostTensor o = in.q.like(), lse = cpu.lse.like();
+  flashpp::forward(in.q.view(), in.k.view(), in.v.view(), o.view(), lse.view(), no_lse);
+  EXPECT_TRUE(bit_identical(o, cpu.o));
+  EXPECT_EQ(count_nan(lse), lse.numel()) << "lse was written although write_lse is false";
+}
+
 }  // namespace
 }  // namespace flashpp::test
