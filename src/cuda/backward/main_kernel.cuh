@@ -194,6 +194,21 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   const FragmentReader<ScoreTile, Operand::a> p_as_a(s_p, lane), ds_as_a(s_ds, lane);
   const FragmentReader<ScoreTile, Operand::a_trans> ds_as_a_trans(s_ds, lane);
 
+  // At small head dims the warp's K and V rows fit in registers as A fragments for the whole
+  // walk (2 x kHeadDim / 4 registers), which removes their ldmatrix from every step A.
+  constexpr bool kKvInRegisters = kHeadDim <= 64;
+  constexpr int kKvFragments = kKvInRegisters ? kHeadDim / 16 : 1;
+  std::uint32_t k_frag[kKvFragments][4], v_frag[kKvFragments][4];
+  if constexpr (kKvInRegisters) {
+    cp_async_wait<0>();
+    __syncthreads();  // K and V have landed
+#pragma unroll
+    for (int f = 0; f < kKvFragments; ++f) {
+      k_as_a.load(k_frag[f], key_row0, 16 * f);
+      v_as_a.load(v_frag[f], key_row0, 16 * f);
+    }
+  }
+
   for (std::int64_t step = 0; step < steps; ++step) {
     const int stage = static_cast<int>(step & 1);
     cp_async_wait<0>();
@@ -215,8 +230,16 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
 #pragma unroll
     for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
       std::uint32_t a_k[4], a_v[4];
-      k_as_a.load(a_k, key_row0, k0);
-      v_as_a.load(a_v, key_row0, k0);
+      if constexpr (kKvInRegisters) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          a_k[r] = k_frag[k0 / 16][r];
+          a_v[r] = v_frag[k0 / 16][r];
+        }
+      } else {
+        k_as_a.load(a_k, key_row0, k0);
+        v_as_a.load(a_v, key_row0, k0);
+      }
 #pragma unroll
       for (int n = 0; n < Shape::kScoreCols / 16; ++n) {
         std::uint32_t b_q[4], b_do[4];
