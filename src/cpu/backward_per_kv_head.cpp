@@ -14,6 +14,7 @@
 // flash_backward.cpp picks this schedule when B x Hkv spreads evenly over the threads and the
 // accumulators are small.
 #include <algorithm>
+#include <atomic>
 
 #include "backward_steps.hpp"
 #include "cpu_backend.hpp"
@@ -103,23 +104,28 @@ void backward_per_kv_head(const detail::BackwardArgs& a, const float* d_rows) {
   const detail::Problem& p = a.problem;
   const std::int64_t tasks = p.B * p.Hkv;
   const std::int64_t hpk = p.heads_per_kv();
+  std::atomic<bool> out_of_memory{false};
 #pragma omp parallel
   {
-    KvHeadScratch scratch(p.D, p.Nk);
+    const auto scratch = make_thread_scratch<KvHeadScratch>(out_of_memory, p.D, p.Nk);
+#pragma omp barrier
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < tasks; ++t) {
+      if (out_of_memory) continue;
       const std::int64_t b = t / p.Hkv, hk = t % p.Hkv;
-      std::fill(scratch.dk.get(), scratch.dk.get() + p.Nk * p.D, 0.0f);
-      std::fill(scratch.dv.get(), scratch.dv.get() + p.Nk * p.D, 0.0f);
+      KvHeadScratch& w = *scratch;
+      std::fill(w.dk.get(), w.dk.get() + p.Nk * p.D, 0.0f);
+      std::fill(w.dv.get(), w.dv.get() + p.Nk * p.D, 0.0f);
       for (std::int64_t h = hk * hpk; h < (hk + 1) * hpk; ++h) {
         for (std::int64_t i0 = 0; i0 < p.Nq; i0 += kQueryTile) {
-          backward_query_tile_pairs(a, d_rows, b, h, i0, scratch);
+          backward_query_tile_pairs(a, d_rows, b, h, i0, w);
         }
       }
-      store_tile_rows(scratch.dk.get(), p.D, a.dk, b, 0, p.Nk, hk, p.D, p.scale);
-      store_tile_rows(scratch.dv.get(), p.D, a.dv, b, 0, p.Nk, hk, p.D);
+      store_tile_rows(w.dk.get(), p.D, a.dk, b, 0, p.Nk, hk, p.D, p.scale);
+      store_tile_rows(w.dv.get(), p.D, a.dv, b, 0, p.Nk, hk, p.D);
     }
   }
+  throw_if_out_of_memory(out_of_memory, "flashpp::backward");
 }
 
 }  // namespace flashpp::cpu

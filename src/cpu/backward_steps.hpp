@@ -3,35 +3,48 @@
 // and the element-wise middle (P, P~, dS) of a (query tile, key tile) pair.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
-#include <vector>
 
 #include "../api/problem.hpp"
 #include "tile_io.hpp"
+#include "tile_scratch.hpp"
 #include "tile_softmax.hpp"
 
 namespace flashpp::cpu {
 
 // ---- step 0: D = rowsum(dO * O) ------------------------------------------------------------------
 
+// One converted row of O and of dO.
+struct OutputRows {
+  explicit OutputRows(std::int64_t D) : o(D), dout(D) {}
+  ScratchTile o, dout;
+};
+
 // d_rows[(b * Hq + h) * Nq + i] = sum_d dO[b,i,h,d] * O[b,i,h,d]
 inline void compute_output_dot(const detail::BackwardArgs& a, float* d_rows) {
   const detail::Problem& p = a.problem;
   const std::int64_t rows = p.B * p.Hq * p.Nq;
+  std::atomic<bool> out_of_memory{false};
 #pragma omp parallel
   {
-    std::vector<float> o(static_cast<std::size_t>(p.D)), dout(static_cast<std::size_t>(p.D));
+    const auto w = make_thread_scratch<OutputRows>(out_of_memory, p.D);
+#pragma omp barrier
 #pragma omp for schedule(static)
     for (std::int64_t x = 0; x < rows; ++x) {
+      if (out_of_memory) continue;
       const std::int64_t i = x % p.Nq, bh = x / p.Nq, h = bh % p.Hq, b = bh / p.Hq;
-      convert_to_f32(element_ptr(a.o, detail::offset4(a.o, b, i, h, 0)), a.o.dtype, p.D, o.data());
+      float* o = w->o.get();
+      float* dout = w->dout.get();
+      convert_to_f32(element_ptr(a.o, detail::offset4(a.o, b, i, h, 0)), a.o.dtype, p.D, o);
       convert_to_f32(element_ptr(a.dout, detail::offset4(a.dout, b, i, h, 0)), a.dout.dtype, p.D,
-                     dout.data());
+                     dout);
       float sum = 0.0f;
       for (std::int64_t d = 0; d < p.D; ++d) sum += o[d] * dout[d];
       d_rows[x] = sum;
     }
   }
+  throw_if_out_of_memory(out_of_memory, "flashpp::backward");
 }
 
 // lse of rows i0 .. i0+rows-1 as exp(S - lse) wants it (see backward_lse_for_exp); lanes

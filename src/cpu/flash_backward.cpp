@@ -23,7 +23,10 @@
 //     dQ += dS K reads dS^T column-wise and K rows.
 // Row tiles (Q, dO, K, V) are contiguous float32 copies, as in the forward.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <new>
+#include <string>
 #include <vector>
 
 #include <omp.h>
@@ -203,7 +206,13 @@ void flash_backward(const detail::BackwardArgs& a) {
   std::vector<float> own;
   float* d_rows = static_cast<float*>(a.workspace.data);
   if (d_rows == nullptr || a.workspace.bytes < backward_workspace_size(p)) {
-    own.resize(static_cast<std::size_t>(p.B * p.Hq * p.Nq));
+    try {
+      own.resize(static_cast<std::size_t>(p.B * p.Hq * p.Nq));
+    } catch (const std::bad_alloc&) {
+      throw Error(ErrorCode::backend_failure,
+                  "flashpp::backward: the CPU backend could not allocate its workspace (" +
+                      std::to_string(backward_workspace_size(p)) + " bytes); pass one");
+    }
     d_rows = own.data();
   }
   compute_output_dot(a, d_rows);
@@ -221,27 +230,33 @@ void flash_backward(const detail::BackwardArgs& a) {
   const std::int64_t query_tile = choose_tile(kQueryTile, p.B * p.Hq, p.Nq);
   const std::int64_t q_tiles = (p.Nq + query_tile - 1) / query_tile;
   const std::int64_t q_tasks = p.B * p.Hq * q_tiles;
+  std::atomic<bool> out_of_memory{false};
 #pragma omp parallel
   {
     {
-      KeyTileScratch scratch(p.D);
+      const auto scratch = make_thread_scratch<KeyTileScratch>(out_of_memory, p.D);
+#pragma omp barrier
 #pragma omp for schedule(dynamic, 1)
       for (std::int64_t t = 0; t < k_tasks; ++t) {
+        if (out_of_memory) continue;
         const std::int64_t tile = t % k_tiles, bhk = t / k_tiles;
         backward_key_tile(a, d_rows, bhk / p.Hkv, bhk % p.Hkv, tile * key_tile, key_tile,
-                          scratch);
+                          *scratch);
       }
     }
     {
-      QueryTileScratch scratch(p.D);
+      const auto scratch = make_thread_scratch<QueryTileScratch>(out_of_memory, p.D);
+#pragma omp barrier
 #pragma omp for schedule(dynamic, 1)
       for (std::int64_t t = 0; t < q_tasks; ++t) {
+        if (out_of_memory) continue;
         const std::int64_t tile = t % q_tiles, bh = t / q_tiles;
-        backward_query_tile(a, d_rows, bh / p.Hq, bh % p.Hq, tile * query_tile,
-                            query_tile, scratch);
+        backward_query_tile(a, d_rows, bh / p.Hq, bh % p.Hq, tile * query_tile, query_tile,
+                            *scratch);
       }
     }
   }
+  throw_if_out_of_memory(out_of_memory, "flashpp::backward");
 }
 
 }  // namespace flashpp::cpu

@@ -12,6 +12,7 @@
 // Why key-major: with queries along the lanes the softmax statistics are plain vectors (no
 // horizontal reductions), Q^T is transposed once per task instead of K once per tile product,
 // and both products read K and V as rows (see tile_gemm.hpp).
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -132,16 +133,20 @@ void flash_forward(const detail::ForwardArgs& a) {
   const std::int64_t query_tile = choose_tile(kQueryTile, p.B * p.Hq, p.Nq);
   const std::int64_t q_tiles = (p.Nq + query_tile - 1) / query_tile;
   const std::int64_t tasks = p.B * p.Hq * q_tiles;
+  std::atomic<bool> out_of_memory{false};
 #pragma omp parallel
   {
-    ForwardScratch scratch(p.D);
+    const auto scratch = make_thread_scratch<ForwardScratch>(out_of_memory, p.D);
+#pragma omp barrier
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < tasks; ++t) {
+      if (out_of_memory) continue;
       const std::int64_t tile = t % q_tiles;
       const std::int64_t bh = t / q_tiles;
-      forward_query_tile(a, bh / p.Hq, bh % p.Hq, tile * query_tile, query_tile, scratch);
+      forward_query_tile(a, bh / p.Hq, bh % p.Hq, tile * query_tile, query_tile, *scratch);
     }
   }
+  throw_if_out_of_memory(out_of_memory, "flashpp::forward");
 }
 
 }  // namespace flashpp::cpu

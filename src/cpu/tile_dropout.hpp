@@ -9,6 +9,8 @@
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+// GCC 12 false positive on its own intrinsics once inlined (see tile_io.hpp).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace flashpp::cpu {
