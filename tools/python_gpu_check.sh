@@ -14,6 +14,7 @@ archs=${ARCHS:-90a}
 start=$(date +%s)
 python3 -m pip list 2>/dev/null | grep -iE "^(nanobind|scikit.build.core|torch|numpy|ml.dtypes|pytest) "
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+lscpu | grep -E "Model name|Flags" | sed 's/Flags:.*\(avx512f\).*/Flags: has avx512f/' | cut -c1-80
 
 echo "== install (FLASHPP_CUDA=ON, archs $archs)"
 if ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install --no-build-isolation --no-deps \
@@ -28,10 +29,19 @@ python3 -c "import flashpp; print('flashpp', flashpp.__version__, 'cuda compiled
 
 echo "== pytest"
 left() { echo $(( ${DEADLINE_S:-100000} - ($(date +%s) - start) )); }
-PYTHONUNBUFFERED=1 timeout $(( $(left) - 150 > 60 ? $(left) - 150 : 60 )) python3 -m pytest -q -s -rs -p no:cacheprovider tests/python ${PYTEST_ARGS:-} \
-  > "$out/pytest.log" 2>&1
-test_rc=$?
-grep -E "passed|failed|error" "$out/pytest.log" | tail -3
+# One pytest process per file: a crash in one file does not hide the others' results.
+test_rc=0
+: > "$out/pytest.log"
+for f in ${PYTEST_FILES:-tests/python/test_*.py}; do
+  budget=$(( $(left) - ${BENCH_RESERVE_S:-150} ))
+  if [ "$budget" -lt 30 ]; then echo "$f: no time left" | tee -a "$out/pytest.log"; test_rc=1; continue; fi
+  echo "### $f" >> "$out/pytest.log"
+  PYTHONUNBUFFERED=1 timeout "$budget" python3 -X faulthandler -m pytest -q -s -rs \
+    -p no:cacheprovider "$f" ${PYTEST_ARGS:-} >> "$out/pytest.log" 2>&1
+  rc=$?
+  [ "$rc" -ne 0 ] && test_rc=$rc
+  echo "$f: exit $rc, $(grep -E "(passed|failed|skipped|error)" "$out/pytest.log" | tail -1)"
+done
 
 bench_rc=0
 if [ "${BENCH:-quick}" != "none" ]; then
@@ -43,9 +53,8 @@ if [ "${BENCH:-quick}" != "none" ]; then
 fi
 
 echo "== summary ($(( $(date +%s) - start )) s)"
-grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -30
+grep -E "^(FAILED|ERROR)|Fatal Python error|^  File .*flashpp" "$out/pytest.log" | head -30
 sed -n '/^step  sdpa/,/^last/p' "$out/pytest.log"  # the tiny-GPT loss curves
-tail -3 "$out/pytest.log"
 if [ "$bench_rc" -eq 0 ]; then
   sed -n '/^wrote/,$p' "$out/bench.log"
 elif [ -s "$out/bench.csv" ]; then  # cut off: the rows measured so far
