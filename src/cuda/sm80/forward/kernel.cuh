@@ -38,6 +38,11 @@ struct ForwardTraits {
   static constexpr int kBlockN = Config::block_n;
   static constexpr int kWarps = Config::warps;
   static constexpr int kStages = Config::stages;
+  static constexpr int kMinBlocks = Config::min_blocks;
+  // Skip the O rescale when no row of the warp raised its max (see online_softmax_update): a
+  // gain where O is large next to the score tile (D >= 128); at D = 64 the vote and branch cost
+  // more than the FMULs they save (measured, docs/perf-notes.md).
+  static constexpr bool kSkipUnchangedRescale = kHeadDim >= 128;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRowsPerWarp = kBlockM / kWarps;
   static constexpr int kMTiles = kRowsPerWarp / 16;  // 16-row mma tiles per warp
@@ -64,7 +69,9 @@ struct ForwardTraits {
 // rows covered per pass a multiple of 8), each thread keeps one chunk column and steps down by
 // a fixed number of rows: the swizzle term is then the same for every step, and the addresses
 // advance by constants instead of being recomputed (and kept live) per chunk.
-template <typename Tile, int kThreads, typename Element>
+// kCheckRows = false: the caller knows every row of the tile exists (all K/V tiles but the last),
+// which drops a 64-bit compare per copy from the main loop.
+template <typename Tile, int kThreads, bool kCheckRows = true, typename Element>
 __device__ __forceinline__ void load_tile_async(Element* smem, const Element* gmem,
                                                 std::int64_t row_stride, std::int64_t rows_valid,
                                                 int chunks_valid, int tid) {
@@ -81,7 +88,7 @@ __device__ __forceinline__ void load_tile_async(Element* smem, const Element* gm
     const Element* src = gmem + row0 * row_stride + chunk * 8;
 #pragma unroll
     for (int i = 0; i < kTotal / kThreads; ++i) {
-      const bool valid = chunk_valid && row0 + i * kRowStep < rows_valid;
+      const bool valid = chunk_valid && (!kCheckRows || row0 + i * kRowStep < rows_valid);
       cp_async_16(dst + i * Tile::kRowStepElements(kRowStep), valid ? src : gmem, valid);
       src += kRowStep * row_stride;
     }
@@ -91,7 +98,7 @@ __device__ __forceinline__ void load_tile_async(Element* smem, const Element* gm
       const int e = tid + i * kThreads;
       const int row = e / Tile::kChunks;
       const int chunk = e % Tile::kChunks;
-      const bool valid = row < rows_valid && chunk < chunks_valid;
+      const bool valid = (!kCheckRows || row < rows_valid) && chunk < chunks_valid;
       const Element* src = valid ? gmem + row * row_stride + chunk * 8 : gmem;
       cp_async_16(smem + Tile::chunk_offset(row, chunk), src, valid);
     }
@@ -202,7 +209,9 @@ __device__ __forceinline__ void apply_softcap(float (&s)[Traits::kMTiles][Traits
 }
 
 // Hidden elements (outside [0, Nk) or outside the causal/window band) become -inf. Called only
-// on tiles that are not fully visible.
+// on tiles that are not fully visible. Each row sees one contiguous key range
+// [first_key(i), last_key(i)] (the mask's rule, clipped to [0, Nk)); it is turned once per row
+// into 32-bit bounds relative to the tile, so the per-element test is two integer compares.
 template <typename Traits>
 __device__ __forceinline__ void apply_mask(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
                                            const ForwardParams& p, std::int64_t row0,
@@ -211,13 +220,21 @@ __device__ __forceinline__ void apply_mask(float (&s)[Traits::kMTiles][Traits::k
 #pragma unroll
   for (int mt = 0; mt < Traits::kMTiles; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < Traits::kNTiles; ++nt)
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t i = row0 + mt * 16 + g + 8 * half;
+      const std::int64_t lo64 = p.mask.first_key(i) - key0;
+      const std::int64_t hi64 = p.mask.last_key(i, p.Nk) - key0;
+      // Clamped into [-1, block_n]: same answers for every key of the tile, and fits 32 bits.
+      const int lo = static_cast<int>(lo64 < 0 ? 0 : (lo64 > Traits::kBlockN ? Traits::kBlockN : lo64));
+      const int hi = static_cast<int>(hi64 < -1 ? -1 : (hi64 >= Traits::kBlockN ? Traits::kBlockN - 1 : hi64));
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const std::int64_t i = row0 + mt * 16 + g + 8 * (c >> 1);
-        const std::int64_t j = key0 + nt * 8 + 2 * t + (c & 1);
-        if (j >= p.Nk || !p.mask.visible(i, j)) s[mt][nt][c] = -INFINITY;
-      }
+      for (int nt = 0; nt < Traits::kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = nt * 8 + 2 * t + e;
+          if (j < lo || j > hi) s[mt][nt][2 * half + e] = -INFINITY;
+        }
+    }
 }
 
 // Online softmax: raises the running row max to include this tile, rescales the running sum
@@ -229,6 +246,8 @@ template <typename Traits>
 __device__ __forceinline__ void online_softmax_update(
     float (&s)[Traits::kMTiles][Traits::kNTiles][4], float (&o)[Traits::kMTiles][Traits::kDTiles][4],
     float (&row_max)[Traits::kMTiles][2], float (&row_sum)[Traits::kMTiles][2], float scale_log2) {
+  float correction[Traits::kMTiles][2];
+  bool max_moved = false;
 #pragma unroll
   for (int mt = 0; mt < Traits::kMTiles; ++mt)
 #pragma unroll
@@ -240,14 +259,11 @@ __device__ __forceinline__ void online_softmax_update(
       tile_max = quad_max(tile_max);
       const float new_max = fmaxf(row_max[mt][half], tile_max);
       const float reference = new_max == -INFINITY ? 0.0f : new_max;
-      const float correction = fast_exp2((row_max[mt][half] - reference) * scale_log2);
+      correction[mt][half] = fast_exp2((row_max[mt][half] - reference) * scale_log2);
+      max_moved |= new_max != row_max[mt][half];
       row_max[mt][half] = new_max;
-      row_sum[mt][half] *= correction;
-#pragma unroll
-      for (int dt = 0; dt < Traits::kDTiles; ++dt) {
-        o[mt][dt][2 * half] *= correction;
-        o[mt][dt][2 * half + 1] *= correction;
-      }
+      row_sum[mt][half] *= correction[mt][half];
+
       const float offset = -reference * scale_log2;
       float sum = 0.0f;
 #pragma unroll
@@ -259,6 +275,17 @@ __device__ __forceinline__ void online_softmax_update(
         }
       row_sum[mt][half] += sum;
     }
+  // Rescaling O costs one FMUL per accumulator (as many as the scores of a tile at D=128). Once
+  // the running maxima settle, most tiles raise none of a warp's rows, and the correction is
+  // exactly 1: the warp then skips the whole rescale (a warp-uniform branch).
+  if (!Traits::kSkipUnchangedRescale || __any_sync(0xffffffffu, max_moved)) {
+#pragma unroll
+    for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+      for (int dt = 0; dt < Traits::kDTiles; ++dt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) o[mt][dt][c] *= correction[mt][c >> 1];
+  }
 }
 
 // Dropout on P (after the row sums took P undropped: lse ignores dropout). The keep decision of
@@ -293,50 +320,72 @@ __device__ __forceinline__ void apply_dropout(float (&s)[Traits::kMTiles][Traits
 // ---------------------------------------------------------------------------------------------
 
 // O = O / sum (times 1/(1-p) under dropout), stored for rows < Nq and columns < D; lse per row.
+//
+// The normalised, converted O goes first into this warp's own rows of the Q tile in shared
+// memory (only this warp ever reads those rows, and its last Q.K product is done), then leaves
+// with 16-byte stores, consecutive lanes on consecutive chunks of a row: coalesced, instead of
+// the accumulator layout's scattered 4-byte stores. Only a __syncwarp is needed.
 template <typename Traits>
 __device__ __forceinline__ void write_output(float (&o)[Traits::kMTiles][Traits::kDTiles][4],
                                              const float (&row_max)[Traits::kMTiles][2],
                                              float (&row_sum)[Traits::kMTiles][2],
                                              const ForwardParams& p, std::int64_t b,
-                                             std::int64_t h, std::int64_t row0, int lane) {
+                                             std::int64_t h, std::int64_t m0, int warp_row0,
+                                             int lane, typename Traits::Element* q_smem) {
   using Element = typename Traits::Element;
+  using QTile = typename Traits::QTile;
   const int g = lane >> 2, t = lane & 3;
-  Element* o_base = static_cast<Element*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
   const float keep_scale = p.dropout.threshold != 0 ? p.dropout.keep_scale : 1.0f;
+  // Every lane's last ldmatrix of these Q rows precedes the first write into them (ldmatrix is
+  // warp-collective, but under independent thread scheduling only a warp barrier says so).
+  __syncwarp();
 #pragma unroll
   for (int mt = 0; mt < Traits::kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const std::int64_t i = row0 + mt * 16 + g + 8 * half;
+      const int row = warp_row0 + mt * 16 + g + 8 * half;  // within the tile
+      const std::int64_t i = m0 + row;
       const float sum = quad_sum(row_sum[mt][half]);
       const bool empty_row = !(sum > 0.0f);  // no visible key: O = 0, lse = -inf
       const float factor = empty_row ? 0.0f : keep_scale / sum;
-      if (i < p.Nq) {
-        Element* o_row = o_base + i * p.o_row_stride;
 #pragma unroll
-        for (int dt = 0; dt < Traits::kDTiles; ++dt) {
-          const int col = dt * 8 + 2 * t;
-          if (col < p.head_dim) {
-            *reinterpret_cast<std::uint32_t*>(o_row + col) = pack_pair<Element>(
-                o[mt][dt][2 * half] * factor, o[mt][dt][2 * half + 1] * factor);
-          }
-        }
-        if (p.lse != nullptr && t == 0) {
-          const float lse = empty_row ? -INFINITY : row_max[mt][half] * p.scale + logf(sum);
-          p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride] = lse;
-        }
+      for (int dt = 0; dt < Traits::kDTiles; ++dt) {
+        *reinterpret_cast<std::uint32_t*>(q_smem + QTile::offset(row, dt * 8) + 2 * t) =
+            pack_pair<Element>(o[mt][dt][2 * half] * factor, o[mt][dt][2 * half + 1] * factor);
+      }
+      if (p.lse != nullptr && t == 0 && i < p.Nq) {
+        const float lse = empty_row ? -INFINITY : row_max[mt][half] * p.scale + logf(sum);
+        p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride] = lse;
       }
     }
+  __syncwarp();
+
+  Element* o_base = static_cast<Element*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
+  const int chunks_valid = p.head_dim / 8;
+  constexpr int kChunks = QTile::kChunks;
+  constexpr int kWarpChunks = Traits::kRowsPerWarp * kChunks;
+  static_assert(kWarpChunks % 32 == 0, "the warp's rows split evenly over its lanes");
+#pragma unroll
+  for (int k = 0; k < kWarpChunks / 32; ++k) {
+    const int e = lane + 32 * k;
+    const int row = warp_row0 + e / kChunks, chunk = e % kChunks;
+    const std::int64_t i = m0 + row;
+    if (i < p.Nq && chunk < chunks_valid) {
+      *reinterpret_cast<uint4*>(o_base + i * p.o_row_stride + chunk * 8) =
+          *reinterpret_cast<const uint4*>(q_smem + QTile::chunk_offset(row, chunk));
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------------------------
 
-// kExtras: the instantiation that also handles softcap and dropout (runtime-checked inside);
+// kExtras: the instantiation that also handles softcap and dropout (runtime-checked inside;
+// never register-capped by min_blocks, its Philox rounds need the room);
 // the plain one leaves their code out so it does not cost registers on the common path.
 template <typename Traits, bool kExtras>
-__global__ void __launch_bounds__(Traits::kThreads)
+__global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBlocks)
     flash_fwd_kernel(const __grid_constant__ ForwardParams p) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kStages = Traits::kStages;
@@ -373,7 +422,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
   const std::int64_t key_first = p.mask.first_key(m0);
   const std::int64_t key_last = p.mask.last_key(m_end - 1, p.Nk);
   if (key_first > key_last) {
-    write_output<Traits>(o, row_max, row_sum, p, b, h, m0 + warp_row0, lane);
+    write_output<Traits>(o, row_max, row_sum, p, b, h, m0, warp_row0, lane, q_smem);
     return;
   }
   const std::int64_t tile_begin = key_first / kBlockN;
@@ -388,37 +437,50 @@ __global__ void __launch_bounds__(Traits::kThreads)
   const int chunks_valid = p.head_dim / 8;
 
   auto load_kv_tile = [&](std::int64_t tile, int stage) {
+    using KVTile = typename Traits::KVTile;
     const std::int64_t n0 = tile * kBlockN;
-    load_tile_async<typename Traits::KVTile, Traits::kThreads>(
-        k_stage(stage), k_gmem + n0 * p.k_row_stride, p.k_row_stride, p.Nk - n0, chunks_valid, tid);
-    load_tile_async<typename Traits::KVTile, Traits::kThreads>(
-        v_stage(stage), v_gmem + n0 * p.v_row_stride, p.v_row_stride, p.Nk - n0, chunks_valid, tid);
+    const Element* k_src = k_gmem + n0 * p.k_row_stride;
+    const Element* v_src = v_gmem + n0 * p.v_row_stride;
+    if (n0 + kBlockN <= p.Nk) {
+      load_tile_async<KVTile, Traits::kThreads, false>(k_stage(stage), k_src, p.k_row_stride,
+                                                       kBlockN, chunks_valid, tid);
+      load_tile_async<KVTile, Traits::kThreads, false>(v_stage(stage), v_src, p.v_row_stride,
+                                                       kBlockN, chunks_valid, tid);
+    } else {
+      load_tile_async<KVTile, Traits::kThreads>(k_stage(stage), k_src, p.k_row_stride, p.Nk - n0,
+                                                chunks_valid, tid);
+      load_tile_async<KVTile, Traits::kThreads>(v_stage(stage), v_src, p.v_row_stride, p.Nk - n0,
+                                                chunks_valid, tid);
+    }
   };
+
+  // Tiles are counted from tile_begin in 32-bit (fewer than 2^31 per row block).
+  const int num_tiles = static_cast<int>(tile_end - tile_begin);
 
   // Prologue: Q with the first K/V tile in one group, then the next stages - 2 tiles.
   load_tile_async<typename Traits::QTile, Traits::kThreads>(q_smem, q_gmem, p.q_row_stride,
                                                             p.Nq - m0, chunks_valid, tid);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (tile_begin + s < tile_end) load_kv_tile(tile_begin + s, s);
+    if (s < num_tiles) load_kv_tile(tile_begin + s, s);
     cp_async_commit();  // committed even when empty: the wait counts stay uniform
   }
 
   const auto bh32 = static_cast<std::uint32_t>(bh);
-  for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) {
-    const int stage = static_cast<int>((tile - tile_begin) % kStages);
-    // Tile `tile` has landed for every thread, and every warp is done with the stage the next
+  for (int it = 0; it < num_tiles; ++it) {
+    const int stage = it % kStages;
+    // Tile `it` has landed for every thread, and every warp is done with the stage the next
     // prefetch overwrites (the one used in the previous iteration).
     cp_async_wait<kStages - 2>();
     __syncthreads();
-    const std::int64_t prefetch = tile + kStages - 1;
-    if (prefetch < tile_end) load_kv_tile(prefetch, static_cast<int>((prefetch - tile_begin) % kStages));
+    const int prefetch = it + kStages - 1;
+    if (prefetch < num_tiles) load_kv_tile(tile_begin + prefetch, prefetch % kStages);
     cp_async_commit();
 
     float s[Traits::kMTiles][Traits::kNTiles][4];
     compute_scores<Traits>(s, q_smem, k_stage(stage), warp_row0, lane);
 
-    const std::int64_t n0 = tile * kBlockN;
+    const std::int64_t n0 = (tile_begin + it) * kBlockN;
     if constexpr (kExtras) {
       if (p.softcap > 0.0f) apply_softcap<Traits>(s, p);
     }
@@ -434,7 +496,7 @@ __global__ void __launch_bounds__(Traits::kThreads)
   }
   cp_async_wait<0>();  // leave no copy in flight into shared memory that is about to be freed
 
-  write_output<Traits>(o, row_max, row_sum, p, b, h, m0 + warp_row0, lane);
+  write_output<Traits>(o, row_max, row_sum, p, b, h, m0, warp_row0, lane, q_smem);
 }
 
 }  // namespace flashpp::cuda::sm80

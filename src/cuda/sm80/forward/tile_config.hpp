@@ -4,6 +4,8 @@
 //   block_n: keys per K/V tile streamed through shared memory
 //   warps:   warps per block; each owns block_m / warps query rows (a multiple of 16)
 //   stages:  K/V tiles in flight (cp.async ring depth, >= 2)
+//   min_blocks: blocks per SM the register allocation must allow (__launch_bounds__); 1 = let
+//            the compiler use up to 255 registers per thread
 //
 // Shared memory per block = (block_m + 2 * stages * block_n) * head_dim * 2 bytes, kept within
 // the 163 KB an A100 block may use so that one table serves every sm80+ GPU.
@@ -16,12 +18,13 @@ namespace flashpp::cuda::sm80 {
 template <int kHeadDim>
 struct ForwardTileConfig;
 
-template <int kBlockM, int kBlockN, int kWarps, int kStages>
+template <int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks = 1>
 struct TileShape {
   static constexpr int block_m = kBlockM;
   static constexpr int block_n = kBlockN;
   static constexpr int warps = kWarps;
   static constexpr int stages = kStages;
+  static constexpr int min_blocks = kMinBlocks;
 };
 
 // FLASHPP_FWD_VARIANT (a compile definition, default 0) selects an alternative table for
@@ -34,15 +37,12 @@ template <> struct ForwardTileConfig<32> : TileShape<128, 64, 4, 2> {};
 template <> struct ForwardTileConfig<96> : TileShape<128, 64, 4, 2> {};
 template <> struct ForwardTileConfig<192> : TileShape<128, 64, 8, 2> {};
 template <> struct ForwardTileConfig<256> : TileShape<128, 32, 8, 2> {};
-#if FLASHPP_FWD_VARIANT == 1    // wider K/V tiles
-template <> struct ForwardTileConfig<64> : TileShape<128, 128, 4, 2> {};
-template <> struct ForwardTileConfig<128> : TileShape<128, 128, 8, 2> {};
-#elif FLASHPP_FWD_VARIANT == 2  // 16 rows per warp, 8 warps
-template <> struct ForwardTileConfig<64> : TileShape<128, 128, 8, 2> {};
-template <> struct ForwardTileConfig<128> : TileShape<128, 64, 8, 2> {};
-#elif FLASHPP_FWD_VARIANT == 3  // smaller query tiles: more blocks, fewer registers
-template <> struct ForwardTileConfig<64> : TileShape<64, 64, 4, 2> {};
-template <> struct ForwardTileConfig<128> : TileShape<64, 64, 4, 2> {};
+#if FLASHPP_FWD_VARIANT == 1    // 3 blocks per SM at D=64; narrower K/V tiles at D=128
+template <> struct ForwardTileConfig<64> : TileShape<128, 64, 4, 2, 3> {};
+template <> struct ForwardTileConfig<128> : TileShape<128, 32, 4, 2> {};
+#elif FLASHPP_FWD_VARIANT == 2  // a deeper ring (3 stages)
+template <> struct ForwardTileConfig<64> : TileShape<128, 64, 4, 3> {};
+template <> struct ForwardTileConfig<128> : TileShape<128, 64, 4, 3> {};
 #else
 template <> struct ForwardTileConfig<64> : TileShape<128, 64, 4, 2> {};
 template <> struct ForwardTileConfig<128> : TileShape<128, 64, 4, 2> {};
