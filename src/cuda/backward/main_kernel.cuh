@@ -164,15 +164,18 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     load_floats_async<kQueryRows, kThreads>(s_delta(stage), p.delta + row_base, tid);
   };
 
-  // K_j and V_j once, together with the first query step.
-  load_rows_async<KvTile, kThreads>(
-      s_k, static_cast<const Element*>(p.k) + batch * p.k_strides.batch + kv_head * p.k_strides.head,
-      p.k_strides.row, j0, p.k_len, head_dim, tid);
-  load_rows_async<KvTile, kThreads>(
-      s_v, static_cast<const Element*>(p.v) + batch * p.v_strides.batch + kv_head * p.v_strides.head,
-      p.v_strides.row, j0, p.k_len, head_dim, tid);
+  // K_j and V_j once, together with the first query step. A tile no query sees (causal,
+  // windows) loads nothing and only writes its zero dK, dV.
   StepPosition pos{kv_head * p.heads_per_kv, first_query_tile};
-  if (steps > 0) load_query_step(pos, 0);
+  if (steps > 0) {
+    load_rows_async<KvTile, kThreads>(
+        s_k, static_cast<const Element*>(p.k) + batch * p.k_strides.batch + kv_head * p.k_strides.head,
+        p.k_strides.row, j0, p.k_len, head_dim, tid);
+    load_rows_async<KvTile, kThreads>(
+        s_v, static_cast<const Element*>(p.v) + batch * p.v_strides.batch + kv_head * p.v_strides.head,
+        p.v_strides.row, j0, p.k_len, head_dim, tid);
+    load_query_step(pos, 0);
+  }
   cp_async_commit();
 
   // Warp placement in steps A-C.
@@ -200,7 +203,7 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   constexpr bool kKvInRegisters = kHeadDim <= 32;
   constexpr int kKvFragments = kKvInRegisters ? kHeadDim / 16 : 1;
   std::uint32_t k_frag[kKvFragments][4], v_frag[kKvFragments][4];
-  if constexpr (kKvInRegisters) {
+  if (kKvInRegisters && steps > 0) {  // block-uniform: the barrier inside is safe
     cp_async_wait<0>();
     __syncthreads();  // K and V have landed
 #pragma unroll
