@@ -250,7 +250,7 @@ void flash_backward(const detail::BackwardArgs& a) {
 #pragma omp for schedule(dynamic, 1)
       for (std::int64_t t = 0; t < q_tasks; ++t) {
         if (out_of_memory) continue;
-        const std::int64_t tile = t % q_tiles, bh = t / q_tiles;
+        const std::int64_t tile = q_tiles - 1 - t % q_tiles, bh = t / q_tiles;  // longest first
         backward_query_tile(a, d_rows, bh / p.Hq, bh % p.Hq, tile * query_tile, query_tile,
                             *scratch);
       }
