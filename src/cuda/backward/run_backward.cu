@@ -160,6 +160,11 @@ void run_backward(const detail::BackwardArgs& args) {
   }
   const detail::Problem& pr = args.problem;
   if (pr.B == 0 || pr.Hq == 0) return;
+  // delta, lse_log2 and dq_accum are read with 16-byte copies (cudaMalloc gives 256 bytes).
+  if (reinterpret_cast<std::uintptr_t>(args.workspace.data) % 16 != 0) {
+    throw Error(ErrorCode::unsupported,
+                "flashpp::backward: workspace: the CUDA backward needs 16-byte aligned scratch");
+  }
   const BackwardParams p = make_params(args);
   const bwd::WorkspaceLayout w = bwd::workspace_layout(pr.B, pr.Hq, pr.Nq, pr.D, args.deterministic);
   const std::size_t accum_bytes = w.total_bytes - w.dq_accum_offset;
