@@ -4,14 +4,17 @@
 // (query head of the kv head's group, query tile) pair that can see the tile, two stages deep:
 //
 //   A. S^T = K_j Q_i^T,  dP^T = V_j dO_i^T          (each warp: 16 keys x some query columns)
-//   B. P~^T, dS^T element-wise (score_gradient.cuh), written to shared memory as 16-bit tiles
+//   B. P~^T, dS^T element-wise (score_gradient.cuh), packed to 16 bits; dS^T also goes to
+//      shared memory for D
 //   C. dV_j += P~^T dO_i,  dK_j += dS^T Q_i          (each warp: 16 keys x some head columns,
 //                                                     accumulated in registers over the walk)
 //   D. dQ_i += dS K_j, added with float32 atomics into the workspace (skipped in deterministic
 //      mode, where bwd_dq_kernel computes dQ without atomics)
 //
-// Computing S transposed (keys as rows) puts each warp's 16 keys in the same rows for A and C, and
-// makes the P and dS tiles in shared memory exactly the A operands of C.
+// Computing S transposed (keys as rows) puts each warp's 16 keys in the same rows for A and C:
+// packed P~^T and dS^T accumulators are exactly the A fragments of C, so where a warp owns all
+// query columns (D <= 128) they never go through shared memory, and C needs no barrier.
+// Two barriers per step: tiles landed / previous step done, and dS^T complete before D.
 //
 // GQA: the block loops over the Hq/Hkv query heads of its kv head itself, so dK and dV sum over
 // the group in registers, in a fixed order, with no extra memory and no second reduction pass.
