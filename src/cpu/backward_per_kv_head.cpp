@@ -30,15 +30,15 @@ namespace {
 
 struct KvHeadScratch {
   KvHeadScratch(std::int64_t D, std::int64_t Nk)
-      : q_t(D * kQueryTile), dout_t(D * kQueryTile), q(kQueryTile * D), dout(kQueryTile * D),
-        k(kKeyTile * D), v(kKeyTile * D), s(kKeyTile * kQueryTile), p(kKeyTile * kQueryTile),
-        p_drop(kKeyTile * kQueryTile), dp(kKeyTile * kQueryTile), z(kKeyTile * kQueryTile),
+      : q_t(D * kQueryLd), dout_t(D * kQueryLd), q(kQueryTile * D), dout(kQueryTile * D),
+        k(kKeyTile * D), v(kKeyTile * D), s(kKeyTile * kQueryLd), p(kKeyTile * kQueryLd),
+        p_drop(kKeyTile * kQueryLd), dp(kKeyTile * kQueryLd), z(kKeyTile * kQueryLd),
         dq(kQueryTile * D), dk(Nk * D), dv(Nk * D), lse(kQueryTile), d_rows(kQueryTile),
         row(D) {}
-  ScratchTile q_t, dout_t;          // [D][kQueryTile]: scale * Q_i^T, dO_i^T
+  ScratchTile q_t, dout_t;          // [D][kQueryLd]: scale * Q_i^T, dO_i^T
   ScratchTile q, dout;              // [kQueryTile][D]: Q_i, dO_i as float32 rows
   ScratchTile k, v;                 // [kKeyTile][D]
-  ScratchTile s, p, p_drop, dp, z;  // [kKeyTile][kQueryTile] key-major
+  ScratchTile s, p, p_drop, dp, z;  // [kKeyTile][kQueryLd] key-major
   ScratchTile dq;                   // [kQueryTile][D]
   ScratchTile dk, dv;               // [Nk][D] accumulators of the kv head
   ScratchTile lse, d_rows;
@@ -54,7 +54,7 @@ void backward_query_tile_pairs(const detail::BackwardArgs& a, const float* d_row
   const std::int64_t hk = h / p.heads_per_kv();
   const std::int64_t q_rows = std::min(kQueryTile, p.Nq - i0);
   const std::int64_t q_cols = round_up(q_rows, 16);
-  const std::int64_t ld = kQueryTile;
+  const std::int64_t ld = kQueryLd;
   const auto bh = static_cast<std::uint32_t>(b * p.Hq + h);
   load_tile_transposed(a.q, b, i0, q_rows, h, D, w.q_t.get(), ld, q_cols, w.row.get(), p.scale);
   load_tile_transposed(a.dout, b, i0, q_rows, h, D, w.dout_t.get(), ld, q_cols, w.row.get());

@@ -47,14 +47,14 @@ namespace {
 
 struct KeyTileScratch {
   KeyTileScratch(std::int64_t D)
-      : k_t(D * kBwdKeyTile), v_t(D * kBwdKeyTile), q(kBwdQueryTile * D), dout(kBwdQueryTile * D),
-        s(kBwdQueryTile * kBwdKeyTile), p(kBwdQueryTile * kBwdKeyTile),
-        p_drop(kBwdQueryTile * kBwdKeyTile), dp(kBwdQueryTile * kBwdKeyTile),
-        z(kBwdQueryTile * kBwdKeyTile), dk(kBwdKeyTile * D), dv(kBwdKeyTile * D),
+      : k_t(D * kBwdKeyLd), v_t(D * kBwdKeyLd), q(kBwdQueryTile * D), dout(kBwdQueryTile * D),
+        s(kBwdQueryTile * kBwdKeyLd), p(kBwdQueryTile * kBwdKeyLd),
+        p_drop(kBwdQueryTile * kBwdKeyLd), dp(kBwdQueryTile * kBwdKeyLd),
+        z(kBwdQueryTile * kBwdKeyLd), dk(kBwdKeyTile * D), dv(kBwdKeyTile * D),
         lse(kBwdQueryTile), d_rows(kBwdQueryTile), row(D) {}
-  ScratchTile k_t, v_t;          // [D][kBwdKeyTile]
+  ScratchTile k_t, v_t;          // [D][kBwdKeyLd]
   ScratchTile q, dout;           // [kBwdQueryTile][D] float32 copies
-  ScratchTile s, p, p_drop, dp, z;  // [kBwdQueryTile][kBwdKeyTile] query-major
+  ScratchTile s, p, p_drop, dp, z;  // [kBwdQueryTile][kBwdKeyLd] query-major
   ScratchTile dk, dv;            // [kBwdKeyTile][D] accumulators
   ScratchTile lse, d_rows;
   ScratchTile row;
@@ -67,7 +67,7 @@ void backward_key_tile(const detail::BackwardArgs& a, const float* d_rows, std::
   const std::int64_t D = p.D;
   const std::int64_t kv_rows = std::min(key_tile, p.Nk - j0);
   const std::int64_t kv_cols = round_up(kv_rows, 16);
-  const std::int64_t ld = kBwdKeyTile;
+  const std::int64_t ld = kBwdKeyLd;
   // The scale folds into K^T (it is used only for S): S = Q (scale K)^T.
   load_tile_transposed(a.k, b, j0, kv_rows, hk, D, w.k_t.get(), ld, kv_cols, w.row.get(),
                        p.scale);
@@ -121,13 +121,13 @@ void backward_key_tile(const detail::BackwardArgs& a, const float* d_rows, std::
 
 struct QueryTileScratch {
   QueryTileScratch(std::int64_t D)
-      : q_t(D * kQueryTile), dout_t(D * kQueryTile), k(kKeyTile * D), v(kKeyTile * D),
-        s(kKeyTile * kQueryTile), p(kKeyTile * kQueryTile), dp(kKeyTile * kQueryTile),
-        z(kKeyTile * kQueryTile), dq(kQueryTile * D), lse(kQueryTile), d_rows(kQueryTile),
+      : q_t(D * kQueryLd), dout_t(D * kQueryLd), k(kKeyTile * D), v(kKeyTile * D),
+        s(kKeyTile * kQueryLd), p(kKeyTile * kQueryLd), dp(kKeyTile * kQueryLd),
+        z(kKeyTile * kQueryLd), dq(kQueryTile * D), lse(kQueryTile), d_rows(kQueryTile),
         row(D) {}
-  ScratchTile q_t, dout_t;    // [D][kQueryTile]
+  ScratchTile q_t, dout_t;    // [D][kQueryLd]
   ScratchTile k, v;           // [kKeyTile][D] float32 copies
-  ScratchTile s, p, dp, z;    // [kKeyTile][kQueryTile] key-major
+  ScratchTile s, p, dp, z;    // [kKeyTile][kQueryLd] key-major
   ScratchTile dq;             // [kQueryTile][D] accumulator
   ScratchTile lse, d_rows;
   ScratchTile row;
@@ -141,7 +141,7 @@ void backward_query_tile(const detail::BackwardArgs& a, const float* d_rows, std
   const std::int64_t hk = h / p.heads_per_kv();
   const std::int64_t q_rows = std::min(query_tile, p.Nq - i0);
   const std::int64_t q_cols = round_up(q_rows, 16);
-  const std::int64_t ld = kQueryTile;
+  const std::int64_t ld = kQueryLd;
   const auto bh = static_cast<std::uint32_t>(b * p.Hq + h);
   load_tile_transposed(a.q, b, i0, q_rows, h, D, w.q_t.get(), ld, q_cols, w.row.get(), p.scale);
   load_tile_transposed(a.dout, b, i0, q_rows, h, D, w.dout_t.get(), ld, q_cols, w.row.get());

@@ -30,20 +30,20 @@ namespace {
 // Per-thread scratch of the forward.
 struct ForwardScratch {
   explicit ForwardScratch(std::int64_t D)
-      : q_t(D * kQueryTile),
+      : q_t(D * kQueryLd),
         k(kKeyTile * D),
         v(kKeyTile * D),
-        s_t(kKeyTile * kQueryTile),
-        z_t(kKeyTile * kQueryTile),
+        s_t(kKeyTile * kQueryLd),
+        z_t(kKeyTile * kQueryLd),
         o(kQueryTile * D),
         m(kQueryTile),
         l(kQueryTile),
         alpha(kQueryTile),
         row(D) {}
-  ScratchTile q_t;    // [D][kQueryTile]  scale * Q_i, transposed
+  ScratchTile q_t;    // [D][kQueryLd]  scale * Q_i, transposed
   ScratchTile k, v;   // [kKeyTile][D]  K_j, V_j as float32
-  ScratchTile s_t;    // [kKeyTile][kQueryTile]  scores, then probabilities
-  ScratchTile z_t;    // [kKeyTile][kQueryTile]  dropout factors
+  ScratchTile s_t;    // [kKeyTile][kQueryLd]  scores, then probabilities
+  ScratchTile z_t;    // [kKeyTile][kQueryLd]  dropout factors
   ScratchTile o;      // [kQueryTile][D]  unnormalised output
   ScratchTile m, l, alpha;
   ScratchTile row;    // one converted row
@@ -81,7 +81,7 @@ void forward_query_tile(const detail::ForwardArgs& a, std::int64_t b, std::int64
   const auto bh = static_cast<std::uint32_t>(b * p.Hq + h);
 
   // The scale folds into Q once: S = (scale Q) K^T.
-  load_tile_transposed(a.q, b, i0, q_rows, h, D, s.q_t.get(), kQueryTile, q_cols, s.row.get(),
+  load_tile_transposed(a.q, b, i0, q_rows, h, D, s.q_t.get(), kQueryLd, q_cols, s.row.get(),
                        p.scale);
   for (std::int64_t r = 0; r < kQueryTile; ++r) {
     s.m.get()[r] = kNegInf;
@@ -102,24 +102,24 @@ void forward_query_tile(const detail::ForwardArgs& a, std::int64_t b, std::int64
     const float* v = s.v.get();
 
     float* st = s.s_t.get();
-    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, k, D, s.q_t.get(), kQueryTile, st,
-                                  kQueryTile, false);
-    if (p.softcap > 0.0f) apply_softcap(st, kQueryTile, kv_rows, q_cols, p.softcap);
+    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, k, D, s.q_t.get(), kQueryLd, st,
+                                  kQueryLd, false);
+    if (p.softcap > 0.0f) apply_softcap(st, kQueryLd, kv_rows, q_cols, p.softcap);
     if (masked && !p.mask.tile_fully_visible(i0, i0 + q_rows, j0, j1)) {
-      apply_tile_mask_key_major(st, kQueryTile, kv_rows, q_cols, i0, j0, p.mask);
+      apply_tile_mask_key_major(st, kQueryLd, kv_rows, q_cols, i0, j0, p.mask);
     }
-    online_softmax_update(st, kQueryTile, kv_rows, q_cols, s.m.get(), s.l.get(), s.alpha.get());
+    online_softmax_update(st, kQueryLd, kv_rows, q_cols, s.m.get(), s.l.get(), s.alpha.get());
     rescale_output(s.o.get(), D, q_rows, D, s.alpha.get());
     if (p.dropout.enabled()) {
       // l was summed before this: the lse (and the normalisation) ignore dropout.
       float* z = s.z_t.get();
-      dropout_factors_key_major(z, kQueryTile, kv_rows, q_rows, i0, j0, bh, p.dropout);
+      dropout_factors_key_major(z, kQueryLd, kv_rows, q_rows, i0, j0, bh, p.dropout);
       for (std::int64_t c = 0; c < kv_rows; ++c) {
-        multiply_row(st + c * kQueryTile, z + c * kQueryTile, st + c * kQueryTile, q_rows);
+        multiply_row(st + c * kQueryLd, z + c * kQueryLd, st + c * kQueryLd, q_rows);
       }
     }
     // O[r][:] += sum_c P~t[c][r] V[c][:]: P~ read column-major from the key-major tile.
-    tile_gemm<ALayout::col_major>(q_rows, D, kv_rows, st, kQueryTile, v, D, s.o.get(), D,
+    tile_gemm<ALayout::col_major>(q_rows, D, kv_rows, st, kQueryLd, v, D, s.o.get(), D,
                                   true);
   }
   finalize_and_store(a, b, h, i0, q_rows, s);
