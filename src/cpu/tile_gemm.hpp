@@ -10,7 +10,7 @@
 //
 // AVX-512: a register-blocked micro-kernel holds a kRows x (kVectors*16) block of C in 24 zmm
 // accumulators; per step of k it loads kVectors vectors of B, broadcasts kRows elements of A and
-// issues kRows*kVectors FMAs (24 FMAs for 10 or 14 loads, enough to keep both FMA ports busy). The
+// issues kRows*kVectors FMAs (24 FMAs for 10 loads, enough to keep both FMA ports busy). The
 // last vector of a row is loaded and stored under a mask, so N needs no padding.
 // Without AVX-512 a plain loop nest is used (the compiler vectorises its inner loop).
 #pragma once
@@ -108,16 +108,14 @@ inline void micro_kernel_any(int rows, int vecs, std::int64_t K, const float* a,
 }  // namespace gemm_detail
 
 // The register block of one micro-kernel: kRows rows x kVectors 16-float vectors of C, at most
-// 24 accumulators so that B's vectors and A's broadcast fit the other 8 zmm registers.
-//   wide  (6 x 64): best where B's K x 64 panel fits L1 (short K, e.g. K = a key tile)
-//   tall (12 x 32): half the B panel per block, for long K (K = D up to 256)
+// 24 accumulators so that B's vectors and A's broadcast fit the other 8 zmm registers. 6 x 64 was
+// the fastest measured (8 x 48 on par, 12 x 32 far slower); see docs/cpu-backend.md.
 template <int ROWS, int VECS>
 struct BlockShape {
   static constexpr int kRows = ROWS;
   static constexpr int kVectors = VECS;
 };
 using WideBlock = BlockShape<6, 4>;
-using TallBlock = BlockShape<12, 2>;
 
 // C = A B (accumulate == false) or C += A B (accumulate == true). With K == 0 and
 // accumulate == false, C is zeroed.
@@ -129,7 +127,7 @@ inline void tile_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const floa
   constexpr int kRows = Shape::kRows, kVectors = Shape::kVectors;
   constexpr std::int64_t kCols = kVectors * 16;
   // Column blocks outside, then chunks of K, then row blocks: the kDepth x kCols panel of B
-  // (16 KiB for the wide block) stays in L1 while every row block of A streams past it; C is
+  // (16 KiB) stays in L1 while every row block of A streams past it; C is
   // reloaded once per chunk, which costs little next to kDepth steps of FMAs.
   constexpr std::int64_t kDepth = 4096 / kCols;
   for (std::int64_t n0 = 0; n0 < N; n0 += kCols) {
@@ -163,7 +161,6 @@ inline void tile_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const floa
 #else  // portable fallback: the same contract, plain loops
 
 struct WideBlock {};
-struct TallBlock {};
 
 template <ALayout layout, typename Shape = WideBlock>
 inline void tile_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* a,
