@@ -2,6 +2,7 @@
 #   make bench      build, then run flashpp-bench's standard grid on the best device present
 #   make test       build, then run the C++ test suites (CTest) and the Python tests
 #   make gpu-check  on a machine with an NVIDIA GPU: build, GPU tests, sanitizer, benchmark vs torch
+#                   (GPU_CHECK_ARGS="--quick --fwd-only" etc.: see tools/gpu_check.sh)
 # Variables: BUILD (build dir, default build), JOBS (parallel jobs, default all cores),
 #            CUDA (AUTO|ON|OFF, default AUTO: the CUDA backend is built when nvcc is found).
 
@@ -37,7 +38,7 @@ test-python: deps
 test: test-cpp test-python
 
 gpu-check:
-	@bash tools/gpu_check.sh
+	@bash tools/gpu_check.sh $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log
