@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "../common/cp_async.cuh"
+#include "../common/tile_copy.cuh"
 
 namespace flashpp::cuda::bwd {
 
@@ -12,20 +13,17 @@ namespace flashpp::cuda::bwd {
 // columns contiguous) into a swizzled tile. Rows at or past `row_limit` and columns at or past
 // `head_dim` (a multiple of 8) are zero-filled: zero rows of K/V and zero columns contribute
 // nothing to any product, which is what lets any N and any head dim run on fixed tiles.
+// Whole tiles (all but the last of a sequence) take the copy path without row checks.
 template <typename Tile, int kThreads, typename Element>
 __device__ __forceinline__ void load_rows_async(Element* tile, const Element* slice,
                                                 std::int64_t row_stride, std::int64_t row0,
                                                 std::int64_t row_limit, int head_dim, int tid) {
-  constexpr int kChunks = Tile::kChunks;
-  constexpr int kTotal = (Tile::kElements / 8);
-#pragma unroll
-  for (int index = tid; index < kTotal; index += kThreads) {
-    const int row = index / kChunks;
-    const int chunk = index % kChunks;
-    const std::int64_t global_row = row0 + row;
-    const bool valid = global_row < row_limit && chunk * 8 < head_dim;
-    const Element* src = valid ? slice + global_row * row_stride + chunk * 8 : slice;
-    cp_async_16(tile + Tile::chunk_offset(row, chunk), src, valid);
+  const Element* src = slice + row0 * row_stride;
+  const std::int64_t rows_valid = row_limit - row0;
+  if (rows_valid >= Tile::kRowCount) {
+    load_tile_async<Tile, kThreads, false>(tile, src, row_stride, rows_valid, head_dim / 8, tid);
+  } else {
+    load_tile_async<Tile, kThreads, true>(tile, src, row_stride, rows_valid, head_dim / 8, tid);
   }
 }
 
@@ -33,8 +31,12 @@ __device__ __forceinline__ void load_rows_async(Element* tile, const Element* sl
 template <int kCount, int kThreads>
 __device__ __forceinline__ void load_floats_async(float* dst, const float* src, int tid) {
   static_assert(kCount % 4 == 0, "whole 16-byte chunks");
-  for (int chunk = tid; chunk < kCount / 4; chunk += kThreads) {
-    cp_async_16(dst + chunk * 4, src + chunk * 4, true);
+  if constexpr (kCount / 4 <= kThreads) {
+    if (tid < kCount / 4) cp_async_16(dst + tid * 4, src + tid * 4, true);
+  } else {
+    for (int chunk = tid; chunk < kCount / 4; chunk += kThreads) {
+      cp_async_16(dst + chunk * 4, src + chunk * 4, true);
+    }
   }
 }
 

@@ -22,6 +22,7 @@ template <int kRows, int kCols>
 struct SwizzledTile {
   static_assert(kCols % 32 == 0, "tile columns must be a multiple of 32 elements");
   static_assert(kRows % 8 == 0, "tile rows must be a multiple of 8");
+  static constexpr int kRowCount = kRows;
   static constexpr int kChunks = kCols / 8;  // 16-byte chunks per row
   static constexpr int kPanelChunks = kCols % 64 == 0 ? 8 : 4;
   static constexpr int kPanelElements = kRows * kPanelChunks * 8;

@@ -24,6 +24,7 @@
 #include "../../common/math.cuh"
 #include "../../common/mma.cuh"
 #include "../../common/swizzle.cuh"
+#include "../../common/tile_copy.cuh"
 #include "../../common/warp_reduce.cuh"
 #include "params.hpp"
 
@@ -56,54 +57,6 @@ struct ForwardTraits {
   using KVTile = SwizzledTile<kBlockN, kHeadDim>;
   static constexpr int kSmemBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes;
 };
-
-// ---------------------------------------------------------------------------------------------
-// Global -> shared copies
-// ---------------------------------------------------------------------------------------------
-
-// Issues the cp.async copies of a [Tile rows x head dim] tile whose row r starts at
-// gmem + r * row_stride. Rows >= rows_valid and chunks >= chunks_valid (past the true head dim)
-// are zero-filled, so the products over them add exact zeros.
-//
-// When the block's threads cover whole rows (kThreads a multiple of the chunks per row, and the
-// rows covered per pass a multiple of 8), each thread keeps one chunk column and steps down by
-// a fixed number of rows: the swizzle term is then the same for every step, and the addresses
-// advance by constants instead of being recomputed (and kept live) per chunk.
-// kCheckRows = false: the caller knows every row of the tile exists (all K/V tiles but the last),
-// which drops a 64-bit compare per copy from the main loop.
-template <typename Tile, int kThreads, bool kCheckRows = true, typename Element>
-__device__ __forceinline__ void load_tile_async(Element* smem, const Element* gmem,
-                                                std::int64_t row_stride, std::int64_t rows_valid,
-                                                int chunks_valid, int tid) {
-  constexpr int kTotal = Tile::kElements / 8;
-  static_assert(kTotal % kThreads == 0, "every thread copies the same number of chunks");
-  constexpr bool kWholeRows =
-      kThreads % Tile::kChunks == 0 && (kThreads / Tile::kChunks) % 8 == 0;
-  if constexpr (kWholeRows) {
-    constexpr int kRowStep = kThreads / Tile::kChunks;
-    const int row0 = tid / Tile::kChunks;
-    const int chunk = tid % Tile::kChunks;
-    const bool chunk_valid = chunk < chunks_valid;
-    Element* dst = smem + Tile::chunk_offset(row0, chunk);
-    const Element* src = gmem + row0 * row_stride + chunk * 8;
-#pragma unroll
-    for (int i = 0; i < kTotal / kThreads; ++i) {
-      const bool valid = chunk_valid && (!kCheckRows || row0 + i * kRowStep < rows_valid);
-      cp_async_16(dst + i * Tile::kRowStepElements(kRowStep), valid ? src : gmem, valid);
-      src += kRowStep * row_stride;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kTotal / kThreads; ++i) {
-      const int e = tid + i * kThreads;
-      const int row = e / Tile::kChunks;
-      const int chunk = e % Tile::kChunks;
-      const bool valid = (!kCheckRows || row < rows_valid) && chunk < chunks_valid;
-      const Element* src = valid ? gmem + row * row_stride + chunk * 8 : gmem;
-      cp_async_16(smem + Tile::chunk_offset(row, chunk), src, valid);
-    }
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Per-warp tile products (fragment layouts: see common/mma.cuh and common/ldmatrix.cuh)
