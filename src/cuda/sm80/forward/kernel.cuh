@@ -24,6 +24,7 @@
 #include "../../common/math.cuh"
 #include "../../common/mma.cuh"
 #include "../../common/swizzle.cuh"
+#include "../../common/swizzled_fragments.cuh"
 #include "../../common/tile_copy.cuh"
 #include "../../common/warp_reduce.cuh"
 #include "params.hpp"
@@ -63,11 +64,13 @@ struct ForwardTraits {
 // ---------------------------------------------------------------------------------------------
 
 // S[mt][nt] = Q(rows of this warp) K(tile)^T, accumulated over the head dim.
+// q_reader addresses this warp's first Q row (Operand::a); k_reader the K tile of this stage,
+// stored [key][d] (Operand::b: B = K^T). Each load is one XOR and add on compile-time offsets.
 template <typename Traits>
-__device__ __forceinline__ void compute_scores(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
-                                               const typename Traits::Element* q_smem,
-                                               const typename Traits::Element* k_smem,
-                                               int warp_row0, int lane) {
+__device__ __forceinline__ void compute_scores(
+    float (&s)[Traits::kMTiles][Traits::kNTiles][4],
+    const FragmentReader<typename Traits::QTile, Operand::a>& q_reader,
+    const FragmentReader<typename Traits::KVTile, Operand::b>& k_reader) {
   using Element = typename Traits::Element;
 #pragma unroll
   for (int mt = 0; mt < Traits::kMTiles; ++mt)
@@ -78,21 +81,15 @@ __device__ __forceinline__ void compute_scores(float (&s)[Traits::kMTiles][Trait
 
 #pragma unroll
   for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
-    // A fragments: lanes 0-15 address rows 0-15 at column kk*16, lanes 16-31 at kk*16 + 8.
+    // A fragments: rows mt*16.. of the warp, columns kk*16..
     std::uint32_t a[Traits::kMTiles][4];
 #pragma unroll
-    for (int mt = 0; mt < Traits::kMTiles; ++mt) {
-      const int row = warp_row0 + mt * 16 + (lane & 15);
-      const int col = kk * 16 + (lane >> 4) * 8;
-      ldmatrix_x4(a[mt], shared_address(q_smem + Traits::QTile::offset(row, col)));
-    }
-    // B fragments for two 8-key tiles at once: matrices (keys 0-7 | 8-15) x (d 0-7 | 8-15).
+    for (int mt = 0; mt < Traits::kMTiles; ++mt) q_reader.load(a[mt], mt * 16, kk * 16);
+    // B fragments for two 8-key tiles at once (keys np*16 .. +7 in regs 0-1, +8 .. +15 in 2-3).
 #pragma unroll
     for (int np = 0; np < Traits::kNTiles / 2; ++np) {
       std::uint32_t b[4];
-      const int row = np * 16 + (lane & 7) + ((lane >> 4) << 3);
-      const int col = kk * 16 + ((lane >> 3) & 1) * 8;
-      ldmatrix_x4(b, shared_address(k_smem + Traits::KVTile::offset(row, col)));
+      k_reader.load(b, np * 16, kk * 16);
       const std::uint32_t b_lo[2] = {b[0], b[1]};
       const std::uint32_t b_hi[2] = {b[2], b[3]};
 #pragma unroll
@@ -109,7 +106,7 @@ __device__ __forceinline__ void compute_scores(float (&s)[Traits::kMTiles][Trait
 template <typename Traits>
 __device__ __forceinline__ void accumulate_pv(float (&o)[Traits::kMTiles][Traits::kDTiles][4],
                                               const float (&p)[Traits::kMTiles][Traits::kNTiles][4],
-                                              const typename Traits::Element* v_smem, int lane) {
+                                              const FragmentReader<typename Traits::KVTile, Operand::b_trans>& v_reader) {
   using Element = typename Traits::Element;
 #pragma unroll
   for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) {
@@ -121,14 +118,12 @@ __device__ __forceinline__ void accumulate_pv(float (&o)[Traits::kMTiles][Traits
       a[mt][2] = pack_pair<Element>(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
       a[mt][3] = pack_pair<Element>(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
     }
-    // V is [key][d] in shared memory; the transposed ldmatrix yields B fragments (k = key):
-    // matrices (keys 0-7 | 8-15) x (d 0-7 | 8-15), lanes 0-15 rows at d, lanes 16-31 at d + 8.
+    // V is [key][d] in shared memory (Operand::b_trans: B = V); the transposed ldmatrix yields
+    // the B fragments of d tiles dp*16 (regs 0-1) and dp*16 + 8 (regs 2-3) for keys kk*16 ...
 #pragma unroll
     for (int dp = 0; dp < Traits::kHeadDim / 16; ++dp) {
       std::uint32_t b[4];
-      const int row = kk * 16 + (lane & 15);
-      const int col = dp * 16 + (lane >> 4) * 8;
-      ldmatrix_x4_trans(b, shared_address(v_smem + Traits::KVTile::offset(row, col)));
+      v_reader.load(b, kk * 16, dp * 16);
       const std::uint32_t b_lo[2] = {b[0], b[1]};
       const std::uint32_t b_hi[2] = {b[2], b[3]};
 #pragma unroll
@@ -389,21 +384,62 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
       static_cast<const Element*>(p.v) + b * p.v_batch_stride + h_kv * p.v_head_stride;
   const int chunks_valid = p.head_dim / 8;
 
+  // K/V tiles wholly inside [0, Nk) (all but possibly the last) take a lighter copy path when
+  // the block's threads cover whole rows: each thread keeps one chunk column of the tile and
+  // steps down by kKvRowStep rows, so the copy of a tile is one 64-bit add per chunk from a
+  // per-thread source pointer that the main loop advances by one tile per iteration (no
+  // per-tile n0 * stride products, no per-chunk selects). A chunk past the true head dim is
+  // zero-filled (src-size 0, nothing read); it is given its row's chunk 0, an address inside the
+  // tensor. Other shapes, the last partial tile, and the extras kernel (whose Philox code leaves
+  // no registers for the loop-carried pointers: ptxas spills more) use load_tile_async.
+  using KVTile = typename Traits::KVTile;
+  constexpr bool kKvWholeRows = !kExtras && Traits::kThreads % KVTile::kChunks == 0 &&
+                                (Traits::kThreads / KVTile::kChunks) % 8 == 0;
+  constexpr int kKvRowStep = kKvWholeRows ? Traits::kThreads / KVTile::kChunks : 8;
+  constexpr int kKvCopies = KVTile::kElements / 8 / Traits::kThreads;  // chunks per thread
+  const int kv_row0 = tid / KVTile::kChunks, kv_chunk = tid % KVTile::kChunks;
+  const bool kv_chunk_valid = kv_chunk < chunks_valid;
+  const int kv_col = kv_chunk_valid ? kv_chunk * 8 : 0;
+  const int kv_dst_offset = KVTile::chunk_offset(kv_row0, kv_chunk);
+
+  // k_from / v_from: this thread's first chunk of a full tile (row kv_row0, column kv_col).
+  auto copy_full_kv_tile = [&](const Element* k_from, const Element* v_from, int stage) {
+    Element* k_to = k_stage(stage) + kv_dst_offset;
+    Element* v_to = v_stage(stage) + kv_dst_offset;
+#pragma unroll
+    for (int i = 0; i < kKvCopies; ++i) {
+      cp_async_16(k_to + i * KVTile::kRowStepElements(kKvRowStep), k_from, kv_chunk_valid);
+      cp_async_16(v_to + i * KVTile::kRowStepElements(kKvRowStep), v_from, kv_chunk_valid);
+      k_from += kKvRowStep * p.k_row_stride;
+      v_from += kKvRowStep * p.v_row_stride;
+    }
+  };
+
+  // A tile whose rows may pass Nk: the checked loader zero-fills rows >= Nk.
+  auto load_partial_kv_tile = [&](std::int64_t tile, int stage) {
+    const std::int64_t n0 = tile * kBlockN;
+    load_tile_async<KVTile, Traits::kThreads>(k_stage(stage), k_gmem + n0 * p.k_row_stride,
+                                              p.k_row_stride, p.Nk - n0, chunks_valid, tid);
+    load_tile_async<KVTile, Traits::kThreads>(v_stage(stage), v_gmem + n0 * p.v_row_stride,
+                                              p.v_row_stride, p.Nk - n0, chunks_valid, tid);
+  };
+
   auto load_kv_tile = [&](std::int64_t tile, int stage) {
-    using KVTile = typename Traits::KVTile;
     const std::int64_t n0 = tile * kBlockN;
     const Element* k_src = k_gmem + n0 * p.k_row_stride;
     const Element* v_src = v_gmem + n0 * p.v_row_stride;
     if (n0 + kBlockN <= p.Nk) {
-      load_tile_async<KVTile, Traits::kThreads, false>(k_stage(stage), k_src, p.k_row_stride,
-                                                       kBlockN, chunks_valid, tid);
-      load_tile_async<KVTile, Traits::kThreads, false>(v_stage(stage), v_src, p.v_row_stride,
-                                                       kBlockN, chunks_valid, tid);
+      if constexpr (kKvWholeRows) {
+        copy_full_kv_tile(k_src + kv_row0 * p.k_row_stride + kv_col,
+                          v_src + kv_row0 * p.v_row_stride + kv_col, stage);
+      } else {
+        load_tile_async<KVTile, Traits::kThreads, false>(k_stage(stage), k_src, p.k_row_stride,
+                                                         kBlockN, chunks_valid, tid);
+        load_tile_async<KVTile, Traits::kThreads, false>(v_stage(stage), v_src, p.v_row_stride,
+                                                         kBlockN, chunks_valid, tid);
+      }
     } else {
-      load_tile_async<KVTile, Traits::kThreads>(k_stage(stage), k_src, p.k_row_stride, p.Nk - n0,
-                                                chunks_valid, tid);
-      load_tile_async<KVTile, Traits::kThreads>(v_stage(stage), v_src, p.v_row_stride, p.Nk - n0,
-                                                chunks_valid, tid);
+      load_partial_kv_tile(tile, stage);
     }
   };
 
@@ -419,6 +455,41 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
     cp_async_commit();  // committed even when empty: the wait counts stay uniform
   }
 
+  // This warp's Q rows start at warp_row0, a multiple of 16: the swizzle's XOR term is the
+  // same as at row 0, so the reader's base just moves down by whole rows.
+  const FragmentReader<typename Traits::QTile, Operand::a> q_reader(
+      q_smem + Traits::QTile::kRowStepElements(warp_row0), lane);
+  // The tiles that need no element mask form one contiguous range of `it`: tile n0 needs none
+  // iff n0 + block_n <= Nk and (no mask, or every row sees every key of it:
+  // n0 >= (m_end-1)+shift-left and n0+block_n-1 <= m0+shift+right). Both bounds are monotone in
+  // n0, so they turn once into [unmasked_first, unmasked_last] and a tile costs two compares.
+  int unmasked_first, unmasked_last;
+  {
+    const std::int64_t base = tile_begin * kBlockN;
+    std::int64_t lo = base;                // n0 >= lo
+    std::int64_t hi = p.Nk - kBlockN;      // n0 <= hi
+    if (p.mask.active()) {
+      const std::int64_t lo_mask = (m_end - 1) + p.mask.shift - p.mask.left;
+      const std::int64_t hi_mask = m0 + p.mask.shift + p.mask.right - (kBlockN - 1);
+      lo = lo_mask > lo ? lo_mask : lo;
+      hi = hi_mask < hi ? hi_mask : hi;
+    }
+    const std::int64_t first = (lo - base + kBlockN - 1) / kBlockN;  // lo - base >= 0
+    const std::int64_t rel_hi = hi - base;
+    const std::int64_t last =
+        rel_hi >= 0 ? rel_hi / kBlockN : -((-rel_hi + kBlockN - 1) / kBlockN);  // floor
+    unmasked_first = static_cast<int>(first < num_tiles ? first : num_tiles);
+    unmasked_last = static_cast<int>(last < -1 ? -1 : (last > num_tiles - 1 ? num_tiles - 1 : last));
+  }
+
+  // Prefetches of tiles it < num_full_tiles (counted from tile_begin) read only rows < Nk.
+  const std::int64_t full_tile_end = p.Nk / kBlockN < tile_end ? p.Nk / kBlockN : tile_end;
+  const int num_full_tiles = static_cast<int>(full_tile_end - tile_begin);
+  // The fast copy's source pointers for the first in-loop prefetch, tile_begin + kStages - 1.
+  const std::int64_t first_prefetch_n0 = (tile_begin + kStages - 1) * kBlockN;
+  const Element* k_next = k_gmem + (first_prefetch_n0 + kv_row0) * p.k_row_stride + kv_col;
+  const Element* v_next = v_gmem + (first_prefetch_n0 + kv_row0) * p.v_row_stride + kv_col;
+
   const auto bh32 = static_cast<std::uint32_t>(bh);
   for (int it = 0; it < num_tiles; ++it) {
     const int stage = it % kStages;
@@ -427,25 +498,41 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
     cp_async_wait<kStages - 2>();
     __syncthreads();
     const int prefetch = it + kStages - 1;
-    if (prefetch < num_tiles) load_kv_tile(tile_begin + prefetch, prefetch % kStages);
+    if constexpr (kKvWholeRows) {
+      if (prefetch < num_full_tiles) {
+        copy_full_kv_tile(k_next, v_next, prefetch % kStages);
+      } else if (prefetch < num_tiles) {  // the last tile, cut by Nk
+        load_partial_kv_tile(tile_begin + prefetch, prefetch % kStages);
+      }
+    } else {
+      if (prefetch < num_tiles) load_kv_tile(tile_begin + prefetch, prefetch % kStages);
+    }
+    if constexpr (kKvWholeRows) {
+      k_next += kBlockN * p.k_row_stride;
+      v_next += kBlockN * p.v_row_stride;
+    }
     cp_async_commit();
 
+    // The lane-dependent parts of these readers are loop-invariant (hoisted by the compiler);
+    // per tile only the stage base changes.
+    const FragmentReader<typename Traits::KVTile, Operand::b> k_reader(k_stage(stage), lane);
+    const FragmentReader<typename Traits::KVTile, Operand::b_trans> v_reader(v_stage(stage), lane);
     float s[Traits::kMTiles][Traits::kNTiles][4];
-    compute_scores<Traits>(s, q_smem, k_stage(stage), warp_row0, lane);
+    compute_scores<Traits>(s, q_reader, k_reader);
 
     const std::int64_t n0 = (tile_begin + it) * kBlockN;
     if constexpr (kExtras) {
       if (p.softcap > 0.0f) apply_softcap<Traits>(s, p);
     }
-    const bool needs_mask = n0 + kBlockN > p.Nk ||
-                            (p.mask.active() && !p.mask.tile_fully_visible(m0, m_end, n0, n0 + kBlockN));
+    // Same answer as n0 + block_n > Nk || (mask active && !tile_fully_visible(m0, m_end, n0, ..)).
+    const bool needs_mask = it < unmasked_first || it > unmasked_last;
     if (needs_mask) apply_mask<Traits>(s, p, m0 + warp_row0, n0, lane);
 
     online_softmax_update<Traits>(s, o, row_max, row_sum, p.scale_log2);
     if constexpr (kExtras) {
       if (p.dropout.threshold != 0) apply_dropout<Traits>(s, p, bh32, m0 + warp_row0, n0, lane);
     }
-    accumulate_pv<Traits>(o, s, v_stage(stage), lane);
+    accumulate_pv<Traits>(o, s, v_reader);
   }
   cp_async_wait<0>();  // leave no copy in flight into shared memory that is about to be freed
 
