@@ -443,14 +443,42 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
     }
   };
 
-  // Tiles are counted from tile_begin in 32-bit (fewer than 2^31 per row block).
+  // One K or V tile alone (the first tile's K and V go into separate copy groups).
+  auto load_single_tile = [&](Element* dst, const Element* gmem, std::int64_t row_stride,
+                              std::int64_t tile) {
+    const std::int64_t n0 = tile * kBlockN;
+    if (n0 + kBlockN <= p.Nk) {
+      load_tile_async<KVTile, Traits::kThreads, false>(dst, gmem + n0 * row_stride, row_stride,
+                                                       kBlockN, chunks_valid, tid);
+    } else {
+      load_tile_async<KVTile, Traits::kThreads>(dst, gmem + n0 * row_stride, row_stride,
+                                                p.Nk - n0, chunks_valid, tid);
+    }
+  };
+
+  // Tiles are counted from tile_begin in 32-bit (fewer than 2^31 per row block); there is at
+  // least one (key_first <= key_last).
   const int num_tiles = static_cast<int>(tile_end - tile_begin);
 
-  // Prologue: Q with the first K/V tile in one group, then the next stages - 2 tiles.
+  // Prologue, in copy groups: G0 = Q + K0, G1 = V0, then one group per tile 1 .. stages - 2.
+  // The first tile's scores wait only for G0, so V0 lands while Q K0^T is computed; P V0 waits
+  // for G1. From tile 1 on, tile t is in group t + 1 and kStages + t groups are committed when
+  // iteration t waits, which leaves the usual kStages - 2 pending. The extras kernel keeps one
+  // group for Q + K0 + V0 (its extra first-tile wait costs ptxas spills there), and every tile t
+  // in group t.
+  constexpr bool kSplitFirstTile = !kExtras;
   load_tile_async<typename Traits::QTile, Traits::kThreads>(q_smem, q_gmem, p.q_row_stride,
                                                             p.Nq - m0, chunks_valid, tid);
+  if constexpr (kSplitFirstTile) {
+    load_single_tile(k_stage(0), k_gmem, p.k_row_stride, tile_begin);
+    cp_async_commit();
+    load_single_tile(v_stage(0), v_gmem, p.v_row_stride, tile_begin);
+  } else {
+    load_kv_tile(tile_begin, 0);
+  }
+  cp_async_commit();
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 1; s < kStages - 1; ++s) {
     if (s < num_tiles) load_kv_tile(tile_begin + s, s);
     cp_async_commit();  // committed even when empty: the wait counts stay uniform
   }
@@ -493,9 +521,14 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
   const auto bh32 = static_cast<std::uint32_t>(bh);
   for (int it = 0; it < num_tiles; ++it) {
     const int stage = it % kStages;
-    // Tile `it` has landed for every thread, and every warp is done with the stage the next
-    // prefetch overwrites (the one used in the previous iteration).
-    cp_async_wait<kStages - 2>();
+    // Tile `it` has landed for every thread (on the first tile: Q and K0; V0 may be in flight),
+    // and every warp is done with the stage the next prefetch overwrites (the one used in the
+    // previous iteration).
+    if (kSplitFirstTile && it == 0) {
+      cp_async_wait<kStages - 1>();
+    } else {
+      cp_async_wait<kStages - 2>();
+    }
     __syncthreads();
     const int prefetch = it + kStages - 1;
     if constexpr (kKvWholeRows) {
@@ -531,6 +564,10 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
     online_softmax_update<Traits>(s, o, row_max, row_sum, p.scale_log2);
     if constexpr (kExtras) {
       if (p.dropout.threshold != 0) apply_dropout<Traits>(s, p, bh32, m0 + warp_row0, n0, lane);
+    }
+    if (kSplitFirstTile && it == 0) {  // V0 (group G1): kStages + 1 groups are committed by now
+      cp_async_wait<kStages - 1>();
+      __syncthreads();
     }
     accumulate_pv<Traits>(o, s, v_reader);
   }
