@@ -104,9 +104,10 @@ __device__ __forceinline__ void compute_scores(
 // O[mt][dt] += P[mt] V(tile). P arrives as float accumulators of S's layout; two adjacent 8-key
 // tiles of it are exactly one 16x16 A fragment once packed to 16 bits.
 template <typename Traits>
-__device__ __forceinline__ void accumulate_pv(float (&o)[Traits::kMTiles][Traits::kDTiles][4],
-                                              const float (&p)[Traits::kMTiles][Traits::kNTiles][4],
-                                              const FragmentReader<typename Traits::KVTile, Operand::b_trans>& v_reader) {
+__device__ __forceinline__ void accumulate_pv(
+    float (&o)[Traits::kMTiles][Traits::kDTiles][4],
+    const float (&p)[Traits::kMTiles][Traits::kNTiles][4],
+    const FragmentReader<typename Traits::KVTile, Operand::b_trans>& v_reader) {
   using Element = typename Traits::Element;
 #pragma unroll
   for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) {
@@ -507,7 +508,8 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
     const std::int64_t last =
         rel_hi >= 0 ? rel_hi / kBlockN : -((-rel_hi + kBlockN - 1) / kBlockN);  // floor
     unmasked_first = static_cast<int>(first < num_tiles ? first : num_tiles);
-    unmasked_last = static_cast<int>(last < -1 ? -1 : (last > num_tiles - 1 ? num_tiles - 1 : last));
+    unmasked_last =
+        static_cast<int>(last < -1 ? -1 : (last > num_tiles - 1 ? num_tiles - 1 : last));
   }
 
   // Prefetches of tiles it < num_full_tiles (counted from tile_begin) read only rows < Nk.
