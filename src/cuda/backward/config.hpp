@@ -23,10 +23,24 @@ constexpr int kernel_head_dim(std::int64_t d) {
 // dK/dV products, so kKeyRows / 16 warp rows; the rest of the warps split columns.
 // Shared memory: K, V (2 * kKeyRows * D), Q, dO (2 stages * 2 * kQueryRows * D), P, dS
 // (2 * kKeyRows * kQueryRows), all 16-bit; it must stay under 163 KB (A100's per-block limit).
+// kKeysPerWarp: keys a warp owns in S^T and dK/dV (16 or 32). With 16 keys per warp and 8 warps
+// a warp owns all query columns and P~^T/dS^T stay in registers for dV/dK. With 32 keys per warp
+// ("wide") two warps share a key group (half of the query columns in S^T, half of the head
+// columns in dV/dK each), P~^T and dS^T go through shared memory, and each ldmatrix feeds twice
+// the mma; measured on the H200: +8% at D=64, +23% at D=128 (docs/perf-notes.md).
+// FLASHPP_BWD_TILE_VARIANT (compile definition, default 0) selects alternatives for tuning runs.
+#ifndef FLASHPP_BWD_TILE_VARIANT
+#define FLASHPP_BWD_TILE_VARIANT 0
+#endif
 template <int kHeadDim>
 struct MainTile {
+  static constexpr bool kWide = (kHeadDim >= 64 && kHeadDim <= 128) ||
+                                (FLASHPP_BWD_TILE_VARIANT == 1 && kHeadDim == 32);
   static constexpr int kKeyRows = kHeadDim <= 128 ? 128 : 64;
-  static constexpr int kQueryRows = kHeadDim <= 96 || kHeadDim == 192 ? 64 : 32;
+  static constexpr int kQueryRows =
+      FLASHPP_BWD_TILE_VARIANT == 2 && kHeadDim == 64               ? 128
+      : kHeadDim <= 96 || kHeadDim == 192 || kWide ? 64 : 32;
+  static constexpr int kKeysPerWarp = kWide ? 32 : 16;
   static constexpr int kWarps = kHeadDim <= 128 ? 8 : 8;
   // Blocks of 4 warps leave room for two per SM (registers: 2 x 128 x 255 < 64 K), so one
   // block's mma phase can overlap the other's element-wise phase and barriers.

@@ -45,8 +45,11 @@ struct MainKernelShape {
   using QTile = SwizzledTile<kQueryRows, kHeadDim>;
   using ScoreTile = SwizzledTile<kKeyRows, kQueryRows>;  // P~^T and dS^T: [key][query]
 
-  // Warp grid of steps A-C: 16 keys per warp row, the remaining warps split the columns.
-  static constexpr int kKeyWarps = kKeyRows / 16;
+  // Warp grid of steps A-C: kKeysPerWarp keys (kKeyTiles 16-row mma tiles) per warp row, the
+  // remaining warps split the columns.
+  static constexpr int kKeysPerWarp = Tile::kKeysPerWarp;
+  static constexpr int kKeyTiles = kKeysPerWarp / 16;
+  static constexpr int kKeyWarps = kKeyRows / kKeysPerWarp;
   static constexpr int kColumnWarps = kWarps / kKeyWarps;
   static constexpr int kScoreCols = kQueryRows / kColumnWarps;  // S^T columns of one warp
   static constexpr int kGradCols = kHeadDim / kColumnWarps;     // dK/dV columns of one warp
@@ -68,6 +71,7 @@ struct MainKernelShape {
   static constexpr int kLseOffset = kDsOffset + ScoreTile::kBytes;     // [2 stages][kQueryRows]
   static constexpr int kDeltaOffset = kLseOffset + 2 * kQueryRows * 4;  // [2 stages][kQueryRows]
   static constexpr int kSmemBytes = kDeltaOffset + 2 * kQueryRows * 4;
+  static_assert(kSmemBytes <= 163 * 1024, "one table for every sm80+ GPU: A100's per-block limit");
 };
 
 // Element (row, col) of a swizzled tile, col even: the 32-bit word holding (col, col + 1).
@@ -184,15 +188,16 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   // Warp placement in steps A-C.
   const int key_warp = warp % Shape::kKeyWarps;
   const int col_warp = warp / Shape::kKeyWarps;
-  const int key_row0 = 16 * key_warp;  // the warp's 16 keys within the tile
+  const int key_row0 = Shape::kKeysPerWarp * key_warp;  // the warp's first key within the tile
   const int score_col0 = col_warp * Shape::kScoreCols;
   const int grad_col0 = col_warp * Shape::kGradCols;
   // Warp placement in step D.
   const int dq_row0 = 16 * (warp % Shape::kDqRowWarps);
   const int dq_col0 = (warp / Shape::kDqRowWarps) * Shape::kDqCols;
 
-  float dv_acc[Shape::kGradCols / 8][4] = {};
-  float dk_acc[Shape::kGradCols / 8][4] = {};
+  constexpr int kMt = Shape::kKeyTiles;  // 16-key mma tiles per warp
+  float dv_acc[kMt][Shape::kGradCols / 8][4] = {};
+  float dk_acc[kMt][Shape::kGradCols / 8][4] = {};
 
   // K and V stay put for the whole walk, so their readers are built once.
   const FragmentReader<KvTile, Operand::a> k_as_a(s_k, lane), v_as_a(s_v, lane);
@@ -203,7 +208,7 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   // At small head dims the warp's K and V rows fit in registers as A fragments for the whole
   // walk (2 x kHeadDim / 4 registers), which removes their ldmatrix from every step A. Measured
   // (H200, fp16): +1..3% at D=32; at D=64 no gain (it cost 24 bytes of spills), so D=32 only.
-  constexpr bool kKvInRegisters = kHeadDim <= 32;
+  constexpr bool kKvInRegisters = kHeadDim <= 32 && kMt == 1;
   constexpr int kKvFragments = kKvInRegisters ? kHeadDim / 16 : 1;
   std::uint32_t k_frag[kKvFragments][4], v_frag[kKvFragments][4];
   if (kKvInRegisters && steps > 0) {  // block-uniform: the barrier inside is safe
@@ -231,51 +236,60 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     const FragmentReader<QTile, Operand::b_trans> q_as_b_trans(s_q(stage), lane),
         do_as_b_trans(s_do(stage), lane);
 
-    // ---- A. S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys x kScoreCols queries.
-    float s_acc[Shape::kScoreCols / 8][4] = {};
-    float dp_acc[Shape::kScoreCols / 8][4] = {};
+    // ---- A. S^T = K Q^T and dP^T = V dO^T for the warp's keys x kScoreCols queries.
+    float s_acc[kMt][Shape::kScoreCols / 8][4] = {};
+    float dp_acc[kMt][Shape::kScoreCols / 8][4] = {};
 #pragma unroll
     for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
-      std::uint32_t a_k[4], a_v[4];
+      std::uint32_t a_k[kMt][4], a_v[kMt][4];
       if constexpr (kKvInRegisters) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          a_k[r] = k_frag[k0 / 16][r];
-          a_v[r] = v_frag[k0 / 16][r];
+          a_k[0][r] = k_frag[k0 / 16][r];
+          a_v[0][r] = v_frag[k0 / 16][r];
         }
       } else {
-        k_as_a.load(a_k, key_row0, k0);
-        v_as_a.load(a_v, key_row0, k0);
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          k_as_a.load(a_k[mt], key_row0 + 16 * mt, k0);
+          v_as_a.load(a_v[mt], key_row0 + 16 * mt, k0);
+        }
       }
 #pragma unroll
       for (int n = 0; n < Shape::kScoreCols / 16; ++n) {
         std::uint32_t b_q[4], b_do[4];
         q_as_b.load(b_q, score_col0 + 16 * n, k0);
         do_as_b.load(b_do, score_col0 + 16 * n, k0);
-        mma_m16n8k16<Element>(s_acc[2 * n], a_k, {b_q[0], b_q[1]});
-        mma_m16n8k16<Element>(s_acc[2 * n + 1], a_k, {b_q[2], b_q[3]});
-        mma_m16n8k16<Element>(dp_acc[2 * n], a_v, {b_do[0], b_do[1]});
-        mma_m16n8k16<Element>(dp_acc[2 * n + 1], a_v, {b_do[2], b_do[3]});
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          mma_m16n8k16<Element>(s_acc[mt][2 * n], a_k[mt], {b_q[0], b_q[1]});
+          mma_m16n8k16<Element>(s_acc[mt][2 * n + 1], a_k[mt], {b_q[2], b_q[3]});
+          mma_m16n8k16<Element>(dp_acc[mt][2 * n], a_v[mt], {b_do[0], b_do[1]});
+          mma_m16n8k16<Element>(dp_acc[mt][2 * n + 1], a_v[mt], {b_do[2], b_do[3]});
+        }
       }
     }
 
-    // ---- B. P~^T and dS^T element by element. Element e of the thread: 8-column block e / 4,
-    // key row g + 8 * ((e / 2) % 2), query column 2t + e % 2 (the mma accumulator layout).
+    // ---- B. P~^T and dS^T element by element. Element e of the thread: key tile
+    // mt = e / (kScoreCols / 2), and within it (e' = e % (kScoreCols / 2)) 8-column block e' / 4,
+    // key row g + 8 * ((e' / 2) % 2), query column 2t + e' % 2 (the mma accumulator layout).
     // Packed to 16 bits, two 8-column blocks of accumulators are exactly one A fragment of the
     // next products, so when a warp owns all query columns (kColumnWarps == 1) P~^T never
     // leaves registers and dS^T goes to shared memory only for the dQ product.
     const std::int64_t i1 = i0 + kQueryRows < p.q_len ? i0 + kQueryRows : p.q_len;
     const bool element_mask = p.mask.active() && !p.mask.tile_fully_visible(i0, i1, j0, j1);
     const auto bh = static_cast<std::uint32_t>(batch * p.q_heads + h);
-    const std::uint32_t keep_bits = dropout_keep_bits<Shape::kScoreCols / 2>(
+    constexpr int kTileElements = Shape::kScoreCols / 2;  // per thread and key tile
+    const auto keep_bits = dropout_keep_bits<kMt * kTileElements>(
         p, bh, [&](int e, std::int64_t& i, std::int64_t& j) {
-          i = i0 + score_col0 + 8 * (e / 4) + 2 * t + (e % 2);
-          j = j0 + key_row0 + g + 8 * ((e / 2) % 2);
+          const int mt = e / kTileElements, el = e % kTileElements;
+          i = i0 + score_col0 + 8 * (el / 4) + 2 * t + (el % 2);
+          j = j0 + key_row0 + 16 * mt + g + 8 * ((el / 2) % 2);
         });
     const float* lse_log2 = s_lse(stage);
     const float* delta = s_delta(stage);
-    std::uint32_t p_frag[Shape::kScoreCols / 16][4];   // A fragments of P~^T
-    std::uint32_t ds_frag[Shape::kScoreCols / 16][4];  // A fragments of dS^T
+    std::uint32_t p_frag[kMt][Shape::kScoreCols / 16][4];   // A fragments of P~^T
+    std::uint32_t ds_frag[kMt][Shape::kScoreCols / 16][4];  // A fragments of dS^T
     with_score_flags(p.softcap > 0.0f, element_mask, p.dropout.threshold != 0,
                      [&](auto softcap_flag, auto mask_flag, auto dropout_flag) {
       constexpr bool kSoftcap = decltype(softcap_flag)::value;
@@ -287,26 +301,30 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
         const float2 lse_pair = *reinterpret_cast<const float2*>(lse_log2 + col);
         const float2 delta_pair = *reinterpret_cast<const float2*>(delta + col);
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = key_row0 + g + 8 * half;  // key within the tile
-          float p_dropped[2], ds[2];
+        for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int e = 4 * n + 2 * half + c;
-            const bool visible = !kMasked || p.mask.visible(i0 + col + c, j0 + row);
-            const ScoreGradient sg = score_gradient<kSoftcap, kDropout>(
-                p, s_acc[n][2 * half + c], dp_acc[n][2 * half + c], c ? lse_pair.y : lse_pair.x,
-                c ? delta_pair.y : delta_pair.x, visible, (keep_bits >> e) & 1u);
-            p_dropped[c] = sg.p_dropped;
-            ds[c] = sg.ds;
-          }
-          // a0/a1 hold rows g/g+8 of the first 8 columns, a2/a3 of the second.
-          const int reg = (n % 2) * 2 + half;
-          p_frag[n / 2][reg] = pack_pair<Element>(p_dropped[0], p_dropped[1]);
-          ds_frag[n / 2][reg] = pack_pair<Element>(ds[0], ds[1]);
-          *pair_address<ScoreTile>(s_ds, row, col) = ds_frag[n / 2][reg];
-          if constexpr (Shape::kColumnWarps > 1) {
-            *pair_address<ScoreTile>(s_p, row, col) = p_frag[n / 2][reg];
+          for (int half = 0; half < 2; ++half) {
+            const int row = key_row0 + 16 * mt + g + 8 * half;  // key within the tile
+            float p_dropped[2], ds[2];
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int e = mt * kTileElements + 4 * n + 2 * half + c;
+              const bool visible = !kMasked || p.mask.visible(i0 + col + c, j0 + row);
+              const ScoreGradient sg = score_gradient<kSoftcap, kDropout>(
+                  p, s_acc[mt][n][2 * half + c], dp_acc[mt][n][2 * half + c],
+                  c ? lse_pair.y : lse_pair.x, c ? delta_pair.y : delta_pair.x, visible,
+                  (keep_bits >> e) & 1u);
+              p_dropped[c] = sg.p_dropped;
+              ds[c] = sg.ds;
+            }
+            // a0/a1 hold rows g/g+8 of the first 8 columns, a2/a3 of the second.
+            const int reg = (n % 2) * 2 + half;
+            p_frag[mt][n / 2][reg] = pack_pair<Element>(p_dropped[0], p_dropped[1]);
+            ds_frag[mt][n / 2][reg] = pack_pair<Element>(ds[0], ds[1]);
+            *pair_address<ScoreTile>(s_ds, row, col) = ds_frag[mt][n / 2][reg];
+            if constexpr (Shape::kColumnWarps > 1) {
+              *pair_address<ScoreTile>(s_p, row, col) = p_frag[mt][n / 2][reg];
+            }
           }
         }
       }
@@ -316,29 +334,35 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     // finish B early start their tensor-core work while the others are still in B.
     if constexpr (Shape::kColumnWarps > 1) __syncthreads();  // P~^T, dS^T complete
 
-    // ---- C. dV += P~^T dO and dK += dS^T Q for the warp's 16 keys x kGradCols columns.
+    // ---- C. dV += P~^T dO and dK += dS^T Q for the warp's keys x kGradCols columns.
 #pragma unroll
     for (int kk = 0; kk < kQueryRows / 16; ++kk) {
-      std::uint32_t a_p[4], a_ds[4];
-      if constexpr (Shape::kColumnWarps == 1) {
+      std::uint32_t a_p[kMt][4], a_ds[kMt][4];
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          a_p[r] = p_frag[kk][r];
-          a_ds[r] = ds_frag[kk][r];
+      for (int mt = 0; mt < kMt; ++mt) {
+        if constexpr (Shape::kColumnWarps == 1) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            a_p[mt][r] = p_frag[mt][kk][r];
+            a_ds[mt][r] = ds_frag[mt][kk][r];
+          }
+        } else {
+          p_as_a.load(a_p[mt], key_row0 + 16 * mt, 16 * kk);
+          ds_as_a.load(a_ds[mt], key_row0 + 16 * mt, 16 * kk);
         }
-      } else {
-        p_as_a.load(a_p, key_row0, 16 * kk);
-        ds_as_a.load(a_ds, key_row0, 16 * kk);
       }
 #pragma unroll
       for (int n = 0; n < Shape::kGradCols / 16; ++n) {
         std::uint32_t b_do[4], b_q[4];
         do_as_b_trans.load(b_do, 16 * kk, grad_col0 + 16 * n);
         q_as_b_trans.load(b_q, 16 * kk, grad_col0 + 16 * n);
-        mma_m16n8k16<Element>(dv_acc[2 * n], a_p, {b_do[0], b_do[1]});
-        mma_m16n8k16<Element>(dv_acc[2 * n + 1], a_p, {b_do[2], b_do[3]});
-        mma_m16n8k16<Element>(dk_acc[2 * n], a_ds, {b_q[0], b_q[1]});
-        mma_m16n8k16<Element>(dk_acc[2 * n + 1], a_ds, {b_q[2], b_q[3]});
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          mma_m16n8k16<Element>(dv_acc[mt][2 * n], a_p[mt], {b_do[0], b_do[1]});
+          mma_m16n8k16<Element>(dv_acc[mt][2 * n + 1], a_p[mt], {b_do[2], b_do[3]});
+          mma_m16n8k16<Element>(dk_acc[mt][2 * n], a_ds[mt], {b_q[0], b_q[1]});
+          mma_m16n8k16<Element>(dk_acc[mt][2 * n + 1], a_ds[mt], {b_q[2], b_q[3]});
+        }
       }
     }
 
@@ -384,16 +408,19 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   auto* dk = static_cast<Element*>(p.dk) + batch * p.dk_strides.batch + kv_head * p.dk_strides.head;
   auto* dv = static_cast<Element*>(p.dv) + batch * p.dv_strides.batch + kv_head * p.dv_strides.head;
 #pragma unroll
-  for (int n = 0; n < Shape::kGradCols / 8; ++n) {
-    const int col = grad_col0 + 8 * n + 2 * t;
+  for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const std::int64_t j = j0 + key_row0 + g + 8 * half;
-      if (j >= p.k_len || col >= head_dim) continue;
-      *reinterpret_cast<std::uint32_t*>(dv + j * p.dv_strides.row + col) =
-          pack_pair<Element>(dv_acc[n][2 * half], dv_acc[n][2 * half + 1]);
-      *reinterpret_cast<std::uint32_t*>(dk + j * p.dk_strides.row + col) =
-          pack_pair<Element>(dk_acc[n][2 * half] * p.scale, dk_acc[n][2 * half + 1] * p.scale);
+    for (int n = 0; n < Shape::kGradCols / 8; ++n) {
+      const int col = grad_col0 + 8 * n + 2 * t;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const std::int64_t j = j0 + key_row0 + 16 * mt + g + 8 * half;
+        if (j >= p.k_len || col >= head_dim) continue;
+        *reinterpret_cast<std::uint32_t*>(dv + j * p.dv_strides.row + col) =
+            pack_pair<Element>(dv_acc[mt][n][2 * half], dv_acc[mt][n][2 * half + 1]);
+        *reinterpret_cast<std::uint32_t*>(dk + j * p.dk_strides.row + col) = pack_pair<Element>(
+            dk_acc[mt][n][2 * half] * p.scale, dk_acc[mt][n][2 * half + 1] * p.scale);
+      }
     }
   }
 }

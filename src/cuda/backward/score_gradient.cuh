@@ -78,23 +78,23 @@ __device__ __forceinline__ void with_score_flags(bool softcap, bool masked, bool
 }
 
 // The dropout decisions of a thread's accumulator elements as a bit mask (bit e for element e;
-// at most 32 elements). `element_ij(e, i, j)` names element e's (query, key). The loop is kept
+// at most 64 elements, in 32 or 64 bits). `element_ij(e, i, j)` names element e's (query, key). The loop is kept
 // rolled on purpose: Philox is ~40 instructions, and unrolling it over every element would bloat
 // the kernel and its register use for a path that is off in most calls.
 template <int kElements, typename ElementIndex>
-__device__ __forceinline__ std::uint32_t dropout_keep_bits(const BackwardParams& p,
-                                                           std::uint32_t bh,
-                                                           ElementIndex element_ij) {
-  static_assert(kElements <= 32, "one 32-bit mask");
-  if (p.dropout.threshold == 0) return 0xFFFFFFFFu;
-  std::uint32_t bits = 0;
+__device__ __forceinline__ auto dropout_keep_bits(const BackwardParams& p, std::uint32_t bh,
+                                                  ElementIndex element_ij) {
+  static_assert(kElements <= 64, "one 64-bit mask");
+  using Bits = std::conditional_t<(kElements > 32), std::uint64_t, std::uint32_t>;
+  if (p.dropout.threshold == 0) return ~Bits{0};
+  Bits bits = 0;
 #pragma unroll 1
   for (int e = 0; e < kElements; ++e) {
     std::int64_t i, j;
     element_ij(e, i, j);
     const bool keep = detail::dropout_keep(p.dropout, bh, static_cast<std::uint32_t>(i),
                                            static_cast<std::uint32_t>(j));
-    bits |= static_cast<std::uint32_t>(keep) << e;
+    bits |= static_cast<Bits>(keep) << e;
   }
   return bits;
 }
