@@ -33,6 +33,11 @@
 
 namespace flashpp::cuda::bwd {
 
+// 16-row tiles per warp in step D where the shape allows 2 (tuning knob; docs/perf-notes.md).
+#ifndef FLASHPP_BWD_DQ_ROW_TILES
+#define FLASHPP_BWD_DQ_ROW_TILES 2
+#endif
+
 template <typename Element, int kHeadDim>
 struct MainKernelShape {
   using Tile = MainTile<kHeadDim>;
@@ -53,8 +58,11 @@ struct MainKernelShape {
   static constexpr int kColumnWarps = kWarps / kKeyWarps;
   static constexpr int kScoreCols = kQueryRows / kColumnWarps;  // S^T columns of one warp
   static constexpr int kGradCols = kHeadDim / kColumnWarps;     // dK/dV columns of one warp
-  // Warp grid of step D: 16 query rows per warp row.
-  static constexpr int kDqRowWarps = kQueryRows / 16;
+  // Warp grid of step D: kDqRowTiles 16-row tiles per warp row (2 where that still leaves every
+  // warp a column block, i.e. 32x32 warp tiles at D=128: 4 ldmatrix per 8 mma instead of 5 per 8).
+  static constexpr int kDqRowTiles =
+      FLASHPP_BWD_DQ_ROW_TILES > 1 && kHeadDim >= 128 && kQueryRows >= 64 ? 2 : 1;
+  static constexpr int kDqRowWarps = kQueryRows / (16 * kDqRowTiles);
   static constexpr int kDqColWarps = kWarps / kDqRowWarps;
   static constexpr int kDqCols = kHeadDim / kDqColWarps;
 
@@ -192,7 +200,7 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   const int score_col0 = col_warp * Shape::kScoreCols;
   const int grad_col0 = col_warp * Shape::kGradCols;
   // Warp placement in step D.
-  const int dq_row0 = 16 * (warp % Shape::kDqRowWarps);
+  const int dq_row0 = 16 * Shape::kDqRowTiles * (warp % Shape::kDqRowWarps);
   const int dq_col0 = (warp / Shape::kDqRowWarps) * Shape::kDqCols;
 
   constexpr int kMt = Shape::kKeyTiles;  // 16-key mma tiles per warp
@@ -370,17 +378,22 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
 
     // ---- D. dQ_i += dS K_j (unscaled) into the float32 accumulator.
     if (accumulate_dq) {
-      float dq_acc[Shape::kDqCols / 8][4] = {};
+      constexpr int kDqMt = Shape::kDqRowTiles;
+      float dq_acc[kDqMt][Shape::kDqCols / 8][4] = {};
 #pragma unroll
       for (int k0 = 0; k0 < kKeyRows; k0 += 16) {
-        std::uint32_t a_ds[4];
-        ds_as_a_trans.load(a_ds, k0, dq_row0);
+        std::uint32_t a_ds[kDqMt][4];
+#pragma unroll
+        for (int mt = 0; mt < kDqMt; ++mt) ds_as_a_trans.load(a_ds[mt], k0, dq_row0 + 16 * mt);
 #pragma unroll
         for (int n = 0; n < Shape::kDqCols / 16; ++n) {
           std::uint32_t b_k[4];
           k_as_b.load(b_k, k0, dq_col0 + 16 * n);
-          mma_m16n8k16<Element>(dq_acc[2 * n], a_ds, {b_k[0], b_k[1]});
-          mma_m16n8k16<Element>(dq_acc[2 * n + 1], a_ds, {b_k[2], b_k[3]});
+#pragma unroll
+          for (int mt = 0; mt < kDqMt; ++mt) {
+            mma_m16n8k16<Element>(dq_acc[mt][2 * n], a_ds[mt], {b_k[0], b_k[1]});
+            mma_m16n8k16<Element>(dq_acc[mt][2 * n + 1], a_ds[mt], {b_k[2], b_k[3]});
+          }
         }
       }
       // accum_width == kHeadDim (workspace_layout), so the per-element offsets are constants.
@@ -388,17 +401,20 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
                      ((batch * p.q_heads + h) * p.rows_padded + i0 + dq_row0 + g) * kHeadDim +
                      dq_col0 + 2 * t;
 #pragma unroll
-      for (int n = 0; n < Shape::kDqCols / 8; ++n) {
+      for (int mt = 0; mt < kDqMt; ++mt) {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          float* dst = accum + 8 * half * kHeadDim + 8 * n;
+        for (int n = 0; n < Shape::kDqCols / 8; ++n) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            float* dst = accum + (16 * mt + 8 * half) * kHeadDim + 8 * n;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-          atomicAdd(reinterpret_cast<float2*>(dst),
-                    make_float2(dq_acc[n][2 * half], dq_acc[n][2 * half + 1]));
+            atomicAdd(reinterpret_cast<float2*>(dst),
+                      make_float2(dq_acc[mt][n][2 * half], dq_acc[mt][n][2 * half + 1]));
 #else
-          atomicAdd(dst, dq_acc[n][2 * half]);
-          atomicAdd(dst + 1, dq_acc[n][2 * half + 1]);
+            atomicAdd(dst, dq_acc[mt][n][2 * half]);
+            atomicAdd(dst + 1, dq_acc[mt][n][2 * half + 1]);
 #endif
+          }
         }
       }
     }
