@@ -6,13 +6,18 @@
 #
 #   tools/gpu_check.sh [--quick] [--fwd-only] [--no-tests] [--no-sanitizer] [--no-bench]
 #                      [--archs "80;90a"] [--filter GTEST_FILTER] [--bench-args "..."]
-#                      [--variants "1 2 3"] [--deadline SECONDS]
+#                      [--variants "1 2 3"] [--variant NAME "NVCC FLAGS"]... [--variant-args "..."]
+#                      [--deadline SECONDS]
 #
 # --deadline: skip the remaining stages (sanitizer, benchmark, variants) once this many seconds
 # have passed since the start, so that a time-limited call still ends with its summary.
 # --quick: the benchmark's N in {4096, 16384} only. --variants: also build the forward with each
 # alternative tile table of src/cuda/sm80/forward/tile_config.hpp (FLASHPP_FWD_VARIANT) and time
-# it alone (fp16, D 64/128, N 4096/16384, forward), for tuning. The build targets the GPU present
+# it alone (fp16, D 64/128, N 4096/16384, forward), for tuning. --variant NAME FLAGS (repeatable)
+# builds the library once more with FLAGS added to the CUDA compile line (e.g.
+# "-DFLASHPP_BWD_TILE_VARIANT=2") and runs tools/gpu_compare.py on it with --variant-args
+# (default "--quick --peers none --dtypes fp16"; e.g. "--bwd-only --dims 64 --peers flash"), after
+# the main benchmark, so the tables of every variant come from the same session. The build targets the GPU present
 # (compute capability read from nvidia-smi, e.g. 90a on an H100) unless --archs says otherwise.
 # GoogleTest is taken from ./.gtest when the machine has none installed (copy /usr/src/googletest
 # there once and carry it).
@@ -20,6 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 QUICK="" FWD_ONLY="" RUN_TESTS=1 RUN_SAN=1 RUN_BENCH=1 ARCHS="" FILTER="*" BENCH_ARGS="" VARIANTS="" DEADLINE=1000000
+NAMED_VARIANTS=() VARIANT_FLAGS=() VARIANT_ARGS="--quick --peers none --dtypes fp16"
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=--quick ;;
@@ -31,6 +37,8 @@ while [ $# -gt 0 ]; do
     --filter) FILTER="$2"; shift ;;
     --bench-args) BENCH_ARGS="$2"; shift ;;
     --variants) VARIANTS="$2"; shift ;;
+    --variant) NAMED_VARIANTS+=("$2"); VARIANT_FLAGS+=("$3"); shift 2 ;;
+    --variant-args) VARIANT_ARGS="$2"; shift ;;
     --deadline) DEADLINE="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -134,10 +142,29 @@ for v in $VARIANTS; do
   fi
 done
 
+for idx in "${!NAMED_VARIANTS[@]}"; do
+  name="${NAMED_VARIANTS[$idx]}" flags="${VARIANT_FLAGS[$idx]}"
+  time_left "variant $name" || continue
+  echo "== variant $name ($flags) =="
+  vb="$BUILD-$name"
+  # shellcheck disable=SC2086  # VARIANT_ARGS is a list of options
+  if cmake -S . -B "$vb" -G Ninja -DFLASHPP_CUDA=ON -DFLASHPP_CUDA_ARCHS="$ARCHS" \
+        -DFLASHPP_BUILD_TOOLS=OFF -DFLASHPP_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="$flags" \
+        >"$OUT/configure_$name.log" 2>&1 && ninja -C "$vb" -j"$(nproc)" flashpp_shared >"$OUT/build_$name.log" 2>&1 &&
+     PYTHONUNBUFFERED=1 python3 tools/gpu_compare.py --lib "$vb/libflashpp.so" --out "$OUT" --tag "$name" \
+        $VARIANT_ARGS >>"$OUT/bench_variants.log" 2>&1; then
+    SUMMARY+=("variant $name: ok")
+  else
+    tail -20 "$OUT/build_$name.log" "$OUT/bench_variants.log" 2>/dev/null
+    SUMMARY+=("variant $name: FAILED")
+  fi
+done
+
 echo
 echo "== summary =="
 printf '%s\n' "${SUMMARY[@]}" | tee "$OUT/summary.txt"
 for v in $VARIANTS; do [ -f "$OUT/gpu_compare_table_v$v.txt" ] && { echo; cat "$OUT/gpu_compare_table_v$v.txt"; }; done
+for name in "${NAMED_VARIANTS[@]}"; do [ -f "$OUT/gpu_compare_table_$name.txt" ] && { echo; cat "$OUT/gpu_compare_table_$name.txt"; }; done
 [ -f "$OUT/gpu_compare_table.txt" ] && { echo; cat "$OUT/gpu_compare_table.txt"; }
 tar -czf "$FINAL_OUT/gpu_check_logs.tar.gz" -C "$OUT" . 2>/dev/null
 cp "$OUT/summary.txt" "$FINAL_OUT/" 2>/dev/null

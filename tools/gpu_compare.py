@@ -6,7 +6,8 @@ the peers, on the same inputs. Times with CUDA events: warm-up, then the median 
 repetitions. FLOPs: forward 4*B*Hq*Nq*Nk*D (halved when causal), backward 2.5x forward.
 Prints, last, one table per direction: TFLOPS of each and ours/peer ratios.
 
-  python3 tools/gpu_compare.py --lib build-gpu/libflashpp.so [--quick] [--fwd-only] [--out DIR]
+  python3 tools/gpu_compare.py --lib build-gpu/libflashpp.so [--quick] [--fwd-only | --bwd-only]
+      [--dims 64,128] [--seqlens 4096,16384] [--dtypes fp16,bf16] [--peers flash,cudnn] [--out DIR]
 """
 import argparse
 import ctypes
@@ -114,7 +115,7 @@ PEERS = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTEN
          ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
 
 
-def bench_one(fp, B, H, N, D, causal, dtype, do_bwd, log):
+def bench_one(fp, B, H, N, D, causal, dtype, do_bwd, log, do_fwd=True):
     torch.manual_seed(0)
     # flashpp gets [B, N, H, D] contiguous; SDPA gets the same memory viewed as [B, H, N, D].
     q, k, v, do = (torch.randn(B, N, H, D, device="cuda", dtype=dtype) for _ in range(4))
@@ -127,8 +128,9 @@ def bench_one(fp, B, H, N, D, causal, dtype, do_bwd, log):
     def ours_fwd():
         fp.forward(q, k, v, o, lse, opts)
 
-    ms = time_ms(ours_fwd)
-    res[("fwd", "ours")] = ffl / ms / 1e9
+    if do_fwd:
+        ms = time_ms(ours_fwd)
+        res[("fwd", "ours")] = ffl / ms / 1e9
     # Sanity against SDPA (whichever backend torch picks).
     ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                          is_causal=causal).transpose(1, 2)
@@ -152,8 +154,9 @@ def bench_one(fp, B, H, N, D, causal, dtype, do_bwd, log):
     for name, backend in PEERS:
         try:
             with sdpa_kernel(backend):
-                ms = time_ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
-                res[("fwd", name)] = ffl / ms / 1e9
+                if do_fwd:
+                    ms = time_ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
+                    res[("fwd", name)] = ffl / ms / 1e9
                 if do_bwd:
                     out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
                     ms = time_ms(lambda: torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True))
@@ -186,6 +189,7 @@ def main():
     ap.add_argument("--lib", required=True, help="path to libflashpp.so")
     ap.add_argument("--quick", action="store_true", help="N in {4096, 16384} only")
     ap.add_argument("--fwd-only", action="store_true")
+    ap.add_argument("--bwd-only", action="store_true", help="time the backward only (the forward still runs once)")
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--seqlens", default=None, help="comma list (default 1024..16384)")
     ap.add_argument("--dtypes", default="fp16,bf16")
@@ -219,13 +223,13 @@ def main():
             for N in seqlens:
                 for causal in (False, True):
                     log(f"{dname} D={D} N={N} causal={causal}")
-                    res = bench_one(fp, B, H, N, D, causal, dtypes[dname], not args.fwd_only, log)
+                    res = bench_one(fp, B, H, N, D, causal, dtypes[dname], not args.fwd_only, log,
+                                    do_fwd=not args.bwd_only)
                     for (direction, name), tf in sorted(res.items()):
                         log(f"  {direction} {name:10s} {tf:8.1f} TFLOPS")
                     rows.append(((dname, D, N, causal), res))
-    out = table(rows, "fwd")
-    if not args.fwd_only:
-        out += "\n\n" + table(rows, "bwd")
+    tables = ([] if args.bwd_only else [table(rows, "fwd")]) + ([] if args.fwd_only else [table(rows, "bwd")])
+    out = "\n\n".join(tables)
     if args.tag:
         out = f"({args.tag})\n" + out
     with open(os.path.join(args.out, f"gpu_compare_table{suffix}.txt"), "w") as f:

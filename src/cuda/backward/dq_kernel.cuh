@@ -159,12 +159,12 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
     // dS element by element, in place of S. Element e of the thread: 8-key block e / 4, row
     // g + 8 * ((e / 2) % 2), key 2t + e % 2 (the mma accumulator layout).
     const bool element_mask = p.mask.active() && !p.mask.tile_fully_visible(i0, i1, j0, j1);
-    const std::uint32_t keep_bits = dropout_keep_bits<kKeyRows / 2>(
+    const std::uint32_t keep_bits = dropout_keep_bits<kKeyRows / 2, true>(
         p, bh, [&](int e, std::int64_t& i, std::int64_t& j) {
           i = i0 + row0 + g + 8 * ((e / 2) % 2);
           j = j0 + 8 * (e / 4) + 2 * t + (e % 2);
         });
-    with_score_flags(p.softcap > 0.0f, element_mask, p.dropout.threshold != 0,
+    with_score_flags<true>(p.softcap > 0.0f, element_mask, p.dropout.threshold != 0,
                      [&](auto softcap_flag, auto mask_flag, auto dropout_flag) {
       constexpr bool kSoftcap = decltype(softcap_flag)::value;
       constexpr bool kMasked = decltype(mask_flag)::value;

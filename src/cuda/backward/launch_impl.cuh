@@ -16,7 +16,9 @@ void launch_main(const BackwardParams& p, bool accumulate_dq, cudaStream_t strea
   const std::int64_t blocks =
       (p.k_len + Shape::kKeyRows - 1) / Shape::kKeyRows * p.kv_heads * p.batch;
   if (blocks == 0) return;
-  auto* kernel = &bwd_main_kernel<Element, kHeadDim>;
+  const bool extras = p.softcap > 0.0f || p.dropout.threshold != 0;
+  auto* kernel = extras ? &bwd_main_kernel<Element, kHeadDim, true>
+                        : &bwd_main_kernel<Element, kHeadDim, false>;
   // Above 48 KB a block must opt in to more dynamic shared memory.
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Shape::kSmemBytes),

@@ -27,6 +27,7 @@
 #include "../common/swizzle.cuh"
 #include "../common/swizzled_fragments.cuh"
 #include "config.hpp"
+#include "dq_accum.cuh"
 #include "params.hpp"
 #include "score_gradient.cuh"
 #include "tile_io.cuh"
@@ -36,6 +37,15 @@ namespace flashpp::cuda::bwd {
 // 16-row tiles per warp in step D where the shape allows 2 (tuning knob; docs/perf-notes.md).
 #ifndef FLASHPP_BWD_DQ_ROW_TILES
 #define FLASHPP_BWD_DQ_ROW_TILES 2
+#endif
+// Tuning knobs (docs/perf-notes.md), compile definitions:
+//   FLASHPP_BWD_ROTATE_WALK   1: each key tile starts its walk at a different query tile
+//   FLASHPP_BWD_LATE_PREFETCH 1: the next step's copies are issued after step A, not at the top
+#ifndef FLASHPP_BWD_ROTATE_WALK
+#define FLASHPP_BWD_ROTATE_WALK 0
+#endif
+#ifndef FLASHPP_BWD_LATE_PREFETCH
+#define FLASHPP_BWD_LATE_PREFETCH 0
 #endif
 
 template <typename Element, int kHeadDim>
@@ -61,7 +71,8 @@ struct MainKernelShape {
   // Warp grid of step D: kDqRowTiles 16-row tiles per warp row (2 where that still leaves every
   // warp a column block, i.e. 32x32 warp tiles at D=128: 4 ldmatrix per 8 mma instead of 5 per 8).
   static constexpr int kDqRowTiles =
-      FLASHPP_BWD_DQ_ROW_TILES > 1 && kHeadDim >= 128 && kQueryRows >= 64 ? 2 : 1;
+      FLASHPP_BWD_DQ_ROW_TILES > 1 && kHeadDim >= 64 && kQueryRows >= 64 &&
+              kHeadDim * kQueryRows / (32 * kWarps) >= 32 ? 2 : 1;
   static constexpr int kDqRowWarps = kQueryRows / (16 * kDqRowTiles);
   static constexpr int kDqColWarps = kWarps / kDqRowWarps;
   static constexpr int kDqCols = kHeadDim / kDqColWarps;
@@ -102,7 +113,10 @@ __device__ __forceinline__ RowRange rows_seeing_keys(const detail::Mask& m, std:
   return RowRange{begin, end > begin ? end : begin};
 }
 
-template <typename Element, int kHeadDim>
+// kExtras: the instantiation that also handles softcap and dropout (tested per tile inside);
+// the plain one leaves their code out, which saves it registers and spills (ptxas, sm_90a,
+// D=128: 108 -> 56 bytes of spill stores).
+template <typename Element, int kHeadDim, bool kExtras>
 __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
                                   MainTile<kHeadDim>::kMinBlocksPerSm)
     bwd_main_kernel(const BackwardParams p, bool accumulate_dq) {
@@ -154,14 +168,18 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   const std::int64_t query_tiles =
       rows.end > rows.begin ? (rows.end + kQueryRows - 1) / kQueryRows - first_query_tile : 0;
   const std::int64_t steps = query_tiles * p.heads_per_kv;
-  // A step's (query head, first row); the walk advances it by one query tile, then one head.
+  // A step's (query head, query tile); the walk advances it by one query tile, then one head.
+  // With FLASHPP_BWD_ROTATE_WALK each key tile starts at a different query tile and wraps
+  // around, so that blocks running in lockstep add their dQ into different rows.
   struct StepPosition {
     std::int64_t head, tile;
   };
+  const std::int64_t start_tile =
+      first_query_tile + (FLASHPP_BWD_ROTATE_WALK && query_tiles > 0 ? key_tile % query_tiles : 0);
   auto next_position = [&](StepPosition s) {
-    return ++s.tile == first_query_tile + query_tiles
-               ? StepPosition{s.head + 1, first_query_tile}
-               : s;
+    if (++s.tile == first_query_tile + query_tiles) s.tile = first_query_tile;
+    if (s.tile == start_tile) ++s.head;
+    return s;
   };
   const auto* q = static_cast<const Element*>(p.q);
   const auto* dout = static_cast<const Element*>(p.dout);
@@ -181,7 +199,7 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
 
   // K_j and V_j once, together with the first query step. A tile no query sees (causal,
   // windows) loads nothing and only writes its zero dK, dV.
-  StepPosition pos{kv_head * p.heads_per_kv, first_query_tile};
+  StepPosition pos{kv_head * p.heads_per_kv, start_tile};
   if (steps > 0) {
     load_rows_async<KvTile, kThreads>(
         s_k, static_cast<const Element*>(p.k) + batch * p.k_strides.batch + kv_head * p.k_strides.head,
@@ -234,8 +252,13 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     cp_async_wait<0>();
     __syncthreads();  // this step's tiles have landed; every warp is done with the last step
     const StepPosition next = next_position(pos);
-    if (step + 1 < steps) load_query_step(next, stage ^ 1);
-    cp_async_commit();
+    // The next step's copies go into the other stage, which the previous step (now finished by
+    // every warp) was using.
+    auto prefetch_next_step = [&] {
+      if (step + 1 < steps) load_query_step(next, stage ^ 1);
+      cp_async_commit();
+    };
+    if constexpr (!FLASHPP_BWD_LATE_PREFETCH) prefetch_next_step();
 
     const std::int64_t h = pos.head;
     const std::int64_t i0 = pos.tile * kQueryRows;
@@ -278,6 +301,8 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
       }
     }
 
+    if constexpr (FLASHPP_BWD_LATE_PREFETCH) prefetch_next_step();
+
     // ---- B. P~^T and dS^T element by element. Element e of the thread: key tile
     // mt = e / (kScoreCols / 2), and within it (e' = e % (kScoreCols / 2)) 8-column block e' / 4,
     // key row g + 8 * ((e' / 2) % 2), query column 2t + e' % 2 (the mma accumulator layout).
@@ -288,7 +313,7 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     const bool element_mask = p.mask.active() && !p.mask.tile_fully_visible(i0, i1, j0, j1);
     const auto bh = static_cast<std::uint32_t>(batch * p.q_heads + h);
     constexpr int kTileElements = Shape::kScoreCols / 2;  // per thread and key tile
-    const auto keep_bits = dropout_keep_bits<kMt * kTileElements>(
+    const auto keep_bits = dropout_keep_bits<kMt * kTileElements, kExtras>(
         p, bh, [&](int e, std::int64_t& i, std::int64_t& j) {
           const int mt = e / kTileElements, el = e % kTileElements;
           i = i0 + score_col0 + 8 * (el / 4) + 2 * t + (el % 2);
@@ -298,7 +323,7 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     const float* delta = s_delta(stage);
     std::uint32_t p_frag[kMt][Shape::kScoreCols / 16][4];   // A fragments of P~^T
     std::uint32_t ds_frag[kMt][Shape::kScoreCols / 16][4];  // A fragments of dS^T
-    with_score_flags(p.softcap > 0.0f, element_mask, p.dropout.threshold != 0,
+    with_score_flags<kExtras>(p.softcap > 0.0f, element_mask, p.dropout.threshold != 0,
                      [&](auto softcap_flag, auto mask_flag, auto dropout_flag) {
       constexpr bool kSoftcap = decltype(softcap_flag)::value;
       constexpr bool kMasked = decltype(mask_flag)::value;
@@ -396,6 +421,21 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
           }
         }
       }
+#if FLASHPP_BWD_DQ_FRAGMENT_LAYOUT
+      // One fragment-ordered 16x8 block of the accumulator per accumulator fragment
+      // (dq_accum.cuh); accum_width == kHeadDim (workspace_layout).
+      // The warp's first block; the others follow at compile-time offsets.
+      float* first_block =
+          dq_accum_block(p, batch * p.q_heads + h, (i0 + dq_row0) / 16, dq_col0 / 8, kHeadDim);
+#pragma unroll
+      for (int mt = 0; mt < kDqMt; ++mt) {
+#pragma unroll
+        for (int n = 0; n < Shape::kDqCols / 8; ++n) {
+          dq_accum_add_fragment(first_block + (mt * (kHeadDim / 8) + n) * kDqAccumBlockFloats,
+                                lane, dq_acc[mt][n]);
+        }
+      }
+#else
       // accum_width == kHeadDim (workspace_layout), so the per-element offsets are constants.
       float* accum = p.dq_accum +
                      ((batch * p.q_heads + h) * p.rows_padded + i0 + dq_row0 + g) * kHeadDim +
@@ -417,6 +457,7 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
           }
         }
       }
+#endif
     }
   }
 

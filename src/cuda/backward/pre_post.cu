@@ -9,6 +9,8 @@
 #include "../common/check_cuda.hpp"
 #include "../common/math.cuh"
 #include "../common/warp_reduce.cuh"
+#include "config.hpp"
+#include "dq_accum.cuh"
 #include "pre_post.cuh"
 
 namespace flashpp::cuda::bwd {
@@ -67,6 +69,50 @@ __global__ void __launch_bounds__(kPrepThreads) bwd_preprocess_kernel(const Back
 
 constexpr int kPostThreads = 256;
 
+#if FLASHPP_BWD_DQ_FRAGMENT_LAYOUT
+// One block per 16-row band of one (batch, head): its 16x8 fragment-ordered blocks (dq_accum.cuh)
+// are read whole by one warp each (coalesced), placed row-major in shared memory, and leave as
+// 16-byte rows of the storage dtype.
+constexpr int kBandRows = 16;
+constexpr int kMaxAccumWidth = 256;
+
+template <typename Element>
+__global__ void __launch_bounds__(kPostThreads) bwd_postprocess_kernel(const BackwardParams p) {
+  __shared__ float band[kBandRows][kMaxAccumWidth + 4];  // +4: rows start on other banks
+  const std::int64_t bands_per_head = (p.q_len + kBandRows - 1) / kBandRows;
+  const std::int64_t bh = blockIdx.x / bands_per_head;
+  const std::int64_t band_index = blockIdx.x % bands_per_head;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int col_blocks = static_cast<int>(p.head_dim / 8);  // head_dim: a multiple of 8
+  for (int cb = warp; cb < col_blocks; cb += kPostThreads / 32) {
+    const float* block = dq_accum_block(p, bh, band_index, cb, p.accum_width);
+    float c[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c[e] = block[dq_accum_slot(lane, e)];
+    band[g][8 * cb + 2 * t] = c[0];
+    band[g][8 * cb + 2 * t + 1] = c[1];
+    band[g + 8][8 * cb + 2 * t] = c[2];
+    band[g + 8][8 * cb + 2 * t + 1] = c[3];
+  }
+  __syncthreads();
+  const std::int64_t b = bh / p.q_heads, h = bh % p.q_heads;
+  for (int chunk = threadIdx.x; chunk < kBandRows * col_blocks; chunk += kPostThreads) {
+    const int r = chunk / col_blocks, d = (chunk % col_blocks) * 8;
+    const std::int64_t i = band_index * kBandRows + r;
+    if (i >= p.q_len) continue;
+    const float* v = &band[r][d];
+    uint4 out;
+    out.x = pack_pair<Element>(v[0] * p.scale, v[1] * p.scale);
+    out.y = pack_pair<Element>(v[2] * p.scale, v[3] * p.scale);
+    out.z = pack_pair<Element>(v[4] * p.scale, v[5] * p.scale);
+    out.w = pack_pair<Element>(v[6] * p.scale, v[7] * p.scale);
+    auto* dq = static_cast<Element*>(p.dq) + b * p.dq_strides.batch + i * p.dq_strides.row +
+               h * p.dq_strides.head + d;
+    *reinterpret_cast<uint4*>(dq) = out;
+  }
+}
+#else
 template <typename Element>
 __global__ void __launch_bounds__(kPostThreads) bwd_postprocess_kernel(const BackwardParams p) {
   const std::int64_t chunks_per_row = p.head_dim / 8;
@@ -89,6 +135,7 @@ __global__ void __launch_bounds__(kPostThreads) bwd_postprocess_kernel(const Bac
              h * p.dq_strides.head + d;
   *reinterpret_cast<uint4*>(dq) = out;
 }
+#endif
 
 std::int64_t blocks_for(std::int64_t items, int per_block) {
   return (items + per_block - 1) / per_block;
@@ -109,8 +156,13 @@ template <typename Element>
 void launch_postprocess(const BackwardParams& p, cudaStream_t stream) {
   const std::int64_t chunks = p.batch * p.q_heads * p.q_len * (p.head_dim / 8);
   if (chunks == 0) return;
+#if FLASHPP_BWD_DQ_FRAGMENT_LAYOUT
+  const std::int64_t blocks = p.batch * p.q_heads * ((p.q_len + kBandRows - 1) / kBandRows);
+#else
+  const std::int64_t blocks = blocks_for(chunks, kPostThreads);
+#endif
   bwd_postprocess_kernel<Element>
-      <<<static_cast<unsigned>(blocks_for(chunks, kPostThreads)), kPostThreads, 0, stream>>>(p);
+      <<<static_cast<unsigned>(blocks), kPostThreads, 0, stream>>>(p);
   check_launch("backward postprocess kernel launch");
 }
 

@@ -139,7 +139,9 @@ std::string backward_unsupported_reason(const detail::Problem& p) {
   const std::int64_t main_blocks = (p.Nk + 63) / 64 * p.Hkv * p.B;
   const std::int64_t dq_blocks = (p.Nq + 63) / 64 * p.Hq * p.B;
   const std::int64_t prep_blocks = p.B * p.Hq * ((p.Nq + 127) / 128 * 128) / 64;
-  if (main_blocks > kMaxBlocks || dq_blocks > kMaxBlocks || prep_blocks > kMaxBlocks) {
+  const std::int64_t post_blocks = p.B * p.Hq * ((p.Nq + 15) / 16);
+  if (main_blocks > kMaxBlocks || dq_blocks > kMaxBlocks || prep_blocks > kMaxBlocks ||
+      post_blocks > kMaxBlocks) {
     return "q: the CUDA backward grid would exceed 2^31 - 1 blocks (B * H * N too large)";
   }
   return {};

@@ -53,10 +53,19 @@ __device__ __forceinline__ ScoreGradient score_gradient(const BackwardParams& p,
 
 // Calls body(std::bool_constant<softcap>, std::bool_constant<masked>,
 // std::bool_constant<dropout>) with the flags known at compile time: one branch per tile instead
-// of one per element.
-template <typename Body>
+// of one per element. kExtras = false (the kernels' plain instantiation) compiles only the
+// paths without softcap and dropout, so their code costs that kernel no registers.
+template <bool kExtras, typename Body>
 __device__ __forceinline__ void with_score_flags(bool softcap, bool masked, bool dropout,
                                                  Body&& body) {
+  if constexpr (!kExtras) {
+    if (masked) {
+      body(std::false_type{}, std::true_type{}, std::false_type{});
+    } else {
+      body(std::false_type{}, std::false_type{}, std::false_type{});
+    }
+    return;
+  }
   auto with_dropout = [&](auto softcap_flag, auto mask_flag) {
     if (dropout) {
       body(softcap_flag, mask_flag, std::true_type{});
@@ -81,12 +90,13 @@ __device__ __forceinline__ void with_score_flags(bool softcap, bool masked, bool
 // at most 64 elements, in 32 or 64 bits). `element_ij(e, i, j)` names element e's (query, key). The loop is kept
 // rolled on purpose: Philox is ~40 instructions, and unrolling it over every element would bloat
 // the kernel and its register use for a path that is off in most calls.
-template <int kElements, typename ElementIndex>
+// kExtras = false: the plain instantiation, which has no dropout (every element kept).
+template <int kElements, bool kExtras, typename ElementIndex>
 __device__ __forceinline__ auto dropout_keep_bits(const BackwardParams& p, std::uint32_t bh,
                                                   ElementIndex element_ij) {
   static_assert(kElements <= 64, "one 64-bit mask");
   using Bits = std::conditional_t<(kElements > 32), std::uint64_t, std::uint32_t>;
-  if (p.dropout.threshold == 0) return ~Bits{0};
+  if (!kExtras || p.dropout.threshold == 0) return ~Bits{0};
   Bits bits = 0;
 #pragma unroll 1
   for (int e = 0; e < kElements; ++e) {
