@@ -17,7 +17,9 @@
 # builds the library once more with FLAGS added to the CUDA compile line (e.g.
 # "-DFLASHPP_BWD_TILE_VARIANT=2") and runs tools/gpu_compare.py on it with --variant-args
 # (default "--quick --peers none --dtypes fp16"; e.g. "--bwd-only --dims 64 --peers flash"), after
-# the main benchmark, so the tables of every variant come from the same session. The build targets the GPU present
+# the main benchmark, so the tables of every variant come from the same session. With --ab the
+# variants are built first and timed inside the main benchmark instead (gpu_compare.py --alt:
+# interleaved with ours in one process, the fairest A/B). The build targets the GPU present
 # (compute capability read from nvidia-smi, e.g. 90a on an H100) unless --archs says otherwise.
 # GoogleTest is taken from ./.gtest when the machine has none installed (copy /usr/src/googletest
 # there once and carry it).
@@ -25,7 +27,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 QUICK="" FWD_ONLY="" RUN_TESTS=1 RUN_SAN=1 RUN_BENCH=1 ARCHS="" FILTER="*" BENCH_ARGS="" VARIANTS="" DEADLINE=1000000
-NAMED_VARIANTS=() VARIANT_FLAGS=() VARIANT_ARGS="--quick --peers none --dtypes fp16"
+NAMED_VARIANTS=() VARIANT_FLAGS=() VARIANT_ARGS="--quick --peers none --dtypes fp16" AB=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=--quick ;;
@@ -39,6 +41,7 @@ while [ $# -gt 0 ]; do
     --variants) VARIANTS="$2"; shift ;;
     --variant) NAMED_VARIANTS+=("$2"); VARIANT_FLAGS+=("$3"); shift 2 ;;
     --variant-args) VARIANT_ARGS="$2"; shift ;;
+    --ab) AB=1 ;;
     --deadline) DEADLINE="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -114,10 +117,32 @@ if [ "$RUN_SAN" = 1 ]; then
   done
 fi
 
+# build_variant NAME FLAGS: configure and build the library with FLAGS added (into $BUILD-NAME).
+build_variant() {
+  cmake -S . -B "$BUILD-$1" -G Ninja -DFLASHPP_CUDA=ON -DFLASHPP_CUDA_ARCHS="$ARCHS" \
+    -DFLASHPP_BUILD_TOOLS=OFF -DFLASHPP_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="$2" \
+    >"$OUT/configure_$1.log" 2>&1 && ninja -C "$BUILD-$1" -j"$(nproc)" flashpp_shared >"$OUT/build_$1.log" 2>&1
+}
+ALT_ARGS=()
+if [ "$AB" = 1 ]; then
+  for idx in "${!NAMED_VARIANTS[@]}"; do
+    name="${NAMED_VARIANTS[$idx]}"
+    echo "== variant $name (${VARIANT_FLAGS[$idx]}): build for the A/B benchmark =="
+    if build_variant "$name" "${VARIANT_FLAGS[$idx]}"; then
+      ALT_ARGS+=(--alt "$name=$BUILD-$name/libflashpp.so")
+      SUMMARY+=("variant $name: built, timed in the main benchmark")
+    else
+      tail -20 "$OUT/build_$name.log"
+      SUMMARY+=("variant $name: BUILD FAILED")
+    fi
+  done
+  NAMED_VARIANTS=()
+fi
+
 if [ "$RUN_BENCH" = 1 ] && time_left "benchmark"; then
   echo "== benchmark vs torch SDPA =="
   if PYTHONUNBUFFERED=1 python3 tools/gpu_compare.py --lib "$BUILD/libflashpp.so" --out "$OUT" \
-      $QUICK $FWD_ONLY $BENCH_ARGS >"$OUT/bench_stdout.log" 2>&1; then
+      $QUICK $FWD_ONLY $BENCH_ARGS "${ALT_ARGS[@]}" >"$OUT/bench_stdout.log" 2>&1; then
     SUMMARY+=("benchmark: ok")
   else
     status=1
@@ -148,9 +173,7 @@ for idx in "${!NAMED_VARIANTS[@]}"; do
   echo "== variant $name ($flags) =="
   vb="$BUILD-$name"
   # shellcheck disable=SC2086  # VARIANT_ARGS is a list of options
-  if cmake -S . -B "$vb" -G Ninja -DFLASHPP_CUDA=ON -DFLASHPP_CUDA_ARCHS="$ARCHS" \
-        -DFLASHPP_BUILD_TOOLS=OFF -DFLASHPP_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="$flags" \
-        >"$OUT/configure_$name.log" 2>&1 && ninja -C "$vb" -j"$(nproc)" flashpp_shared >"$OUT/build_$name.log" 2>&1 &&
+  if build_variant "$name" "$flags" &&
      PYTHONUNBUFFERED=1 python3 tools/gpu_compare.py --lib "$vb/libflashpp.so" --out "$OUT" --tag "$name" \
         $VARIANT_ARGS >>"$OUT/bench_variants.log" 2>&1; then
     SUMMARY+=("variant $name: ok")

@@ -2,8 +2,9 @@
 """flashpp vs torch SDPA (FLASH, CUDNN, EFFICIENT) on the standard grid of BENCHMARKING.md.
 
 Calls flashpp through its C API (libflashpp.so, ctypes) on torch tensors, in the same process as
-the peers, on the same inputs. Times with CUDA events: warm-up, then the median of many
-repetitions. FLOPs: forward 4*B*Hq*Nq*Nk*D (halved when causal), backward 2.5x forward.
+the peers, on the same inputs. Times with CUDA events: every implementation is warmed up, then
+timed in rounds whose order rotates (none is always first after a change of shape), median of all.
+--alt NAME=PATH adds other builds of the library (variants) to the same interleaved timing. FLOPs: forward 4*B*Hq*Nq*Nk*D (halved when causal), backward 2.5x forward.
 Prints, last, one table per direction: TFLOPS of each and ours/peer ratios.
 
   python3 tools/gpu_compare.py --lib build-gpu/libflashpp.so [--quick] [--fwd-only | --bwd-only]
@@ -13,8 +14,10 @@ import argparse
 import ctypes
 import math
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 
 import torch
@@ -115,22 +118,50 @@ PEERS = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTEN
          ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
 
 
-def bench_one(fp, B, H, N, D, causal, dtype, do_bwd, log, do_fwd=True):
+def time_interleaved(fns, rounds=3, reps=10, warmup=3):
+    """Median milliseconds of each fn in `fns` (name -> callable), timed in `rounds` rounds of
+    `reps` CUDA-event timings each; the order of the callables rotates from round to round, so
+    that none is always the first one after a change of shape (or always the last: clocks and
+    power settle while the GPU works)."""
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    torch.cuda.synchronize()
+    samples = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            for _ in range(reps):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fns[name]()
+                end.record()
+                end.synchronize()
+                samples[name].append(start.elapsed_time(end))
+    return {name: statistics.median(t) for name, t in samples.items()}
+
+
+def in_backend(backend, fn):
+    """fn() run with torch SDPA forced to `backend` (the forward picks the kernel; a backward
+    follows the kernel its forward used)."""
+    def run():
+        with sdpa_kernel(backend):
+            return fn()
+    return run
+
+
+def bench_one(fp, B, H, N, D, causal, dtype, do_bwd, log, do_fwd=True, alts=None):
     torch.manual_seed(0)
     # flashpp gets [B, N, H, D] contiguous; SDPA gets the same memory viewed as [B, H, N, D].
     q, k, v, do = (torch.randn(B, N, H, D, device="cuda", dtype=dtype) for _ in range(4))
     o = torch.empty_like(q)
     lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
     opts = fp.options(causal)
-    res = {}
     ffl = flops_fwd(B, H, N, D, causal)
 
     def ours_fwd():
         fp.forward(q, k, v, o, lse, opts)
 
-    if do_fwd:
-        ms = time_ms(ours_fwd)
-        res[("fwd", "ours")] = ffl / ms / 1e9
     # Sanity against SDPA (whichever backend torch picks).
     ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                          is_causal=causal).transpose(1, 2)
@@ -140,36 +171,48 @@ def bench_one(fp, B, H, N, D, causal, dtype, do_bwd, log, do_fwd=True):
     log(f"  check: max |ours - sdpa| = {diff:.3e}")
     if not (diff < 5e-2):
         log(f"  WARNING: forward differs from SDPA by {diff}")
-    if do_bwd:
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        try:
-            fp.backward(q, k, v, o, lse, do, dq, dk, dv, opts)
-            ms = time_ms(lambda: fp.backward(q, k, v, o, lse, do, dq, dk, dv, opts))
-            res[("bwd", "ours")] = 2.5 * ffl / ms / 1e9
-        except RuntimeError as e:
-            log(f"  ours bwd unavailable: {e}")
+
+    # Ours and each alternative build of the library (same buffers, same inputs).
+    libs = {"ours": fp, **(alts or {})}
+    fwd_fns, bwd_fns = {}, {}
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    for name, lib in libs.items():
+        if do_fwd:
+            fwd_fns[name] = (lambda lib=lib: lib.forward(q, k, v, o, lse, opts))
+        if do_bwd:
+            try:
+                lib.backward(q, k, v, o, lse, do, dq, dk, dv, opts)
+                bwd_fns[name] = (lambda lib=lib: lib.backward(q, k, v, o, lse, do, dq, dk, dv, opts))
+            except RuntimeError as e:
+                log(f"  {name} bwd unavailable: {e}")
 
     qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_(do_bwd) for x in (q, k, v))
     dot = do.transpose(1, 2)
     for name, backend in PEERS:
         try:
             with sdpa_kernel(backend):
-                if do_fwd:
-                    ms = time_ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
-                    res[("fwd", name)] = ffl / ms / 1e9
-                if do_bwd:
-                    out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-                    ms = time_ms(lambda: torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True))
-                    res[("bwd", name)] = 2.5 * ffl / ms / 1e9
+                out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+            if do_fwd:
+                fwd_fns[name] = in_backend(
+                    backend, lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
+            if do_bwd:
+                bwd_fns[name] = (lambda out=out: torch.autograd.grad(out, (qt, kt, vt), dot,
+                                                                     retain_graph=True))
+                bwd_fns[name]()
         except RuntimeError as e:
             log(f"  {name} unavailable: {str(e).splitlines()[0][:120]}")
-    del q, k, v, do, o, lse
+    res = {}
+    for direction, fns, flops in (("fwd", fwd_fns, ffl), ("bwd", bwd_fns, 2.5 * ffl)):
+        if fns:
+            for name, ms in time_interleaved(fns).items():
+                res[(direction, name)] = flops / ms / 1e9
+    del q, k, v, do, o, lse, fwd_fns, bwd_fns
     torch.cuda.empty_cache()
     return res
 
 
-def table(rows, direction):
-    names = ["ours"] + [n for n, _ in PEERS]
+def table(rows, direction, alt_names=()):
+    names = ["ours"] + list(alt_names) + [n for n, _ in PEERS]
     head = f"{'dtype':5} {'D':>4} {'N':>6} {'causal':>6} | " + " ".join(f"{n:>9}" for n in names) + \
         " | " + " ".join(f"{'/' + n:>10}" for n, _ in PEERS)
     lines = [f"[{direction}] TFLOPS and ours/peer", head, "-" * len(head)]
@@ -179,7 +222,8 @@ def table(rows, direction):
         if tf[0] is None and all(t is None for t in tf):
             continue
         cells = " ".join(f"{t:9.1f}" if t is not None else f"{'-':>9}" for t in tf)
-        ratios = " ".join(f"{tf[0] / t:10.2f}" if (tf[0] is not None and t) else f"{'-':>10}" for t in tf[1:])
+        ratios = " ".join(f"{tf[0] / t:10.2f}" if (tf[0] is not None and t) else f"{'-':>10}"
+                          for t in tf[1 + len(alt_names):])
         lines.append(f"{dtype:5} {D:4d} {N:6d} {('yes' if causal else 'no'):>6} | {cells} | {ratios}")
     return "\n".join(lines)
 
@@ -195,6 +239,8 @@ def main():
     ap.add_argument("--dtypes", default="fp16,bf16")
     ap.add_argument("--peers", default="flash,cudnn,efficient", help="comma list, or 'none'")
     ap.add_argument("--tag", default="", help="label of this run (e.g. a tile variant) in the log")
+    ap.add_argument("--alt", action="append", default=[], metavar="NAME=PATH",
+                    help="another build of libflashpp.so, timed interleaved with ours (A/B of variants)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
 
@@ -210,13 +256,21 @@ def main():
     global PEERS
     PEERS = [p for p in PEERS if p[0] in args.peers.split(",")]
     fp = Flashpp(args.lib)
+    alts = {}
+    for spec in args.alt:
+        name, path = spec.split("=", 1)
+        # A private copy: the dynamic loader would otherwise hand back the already-loaded library.
+        copy = os.path.join(tempfile.mkdtemp(), f"libflashpp_{name}.so")
+        shutil.copy(path, copy)
+        alts[name] = Flashpp(copy)
     B, H = 4, 32
     seqlens = [int(s) for s in args.seqlens.split(",")] if args.seqlens else \
         ([4096, 16384] if args.quick else [1024, 2048, 4096, 8192, 16384])
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
     log(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  cuDNN {torch.backends.cudnn.version()}"
         f"  CUDA {torch.version.cuda}  date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    log(f"B={B} Hq={H} layout [B,N,H,D]; median of 30 timed runs after 5 warm-ups (CUDA events)")
+    log(f"B={B} Hq={H} layout [B,N,H,D]; CUDA-event medians of 3 rounds x 10 runs per implementation, "
+        "interleaved in rotating order after 3 warm-ups")
     rows = []
     for dname in args.dtypes.split(","):
         for D in [int(d) for d in args.dims.split(",")]:
@@ -224,11 +278,12 @@ def main():
                 for causal in (False, True):
                     log(f"{dname} D={D} N={N} causal={causal}")
                     res = bench_one(fp, B, H, N, D, causal, dtypes[dname], not args.fwd_only, log,
-                                    do_fwd=not args.bwd_only)
+                                    do_fwd=not args.bwd_only, alts=alts)
                     for (direction, name), tf in sorted(res.items()):
                         log(f"  {direction} {name:10s} {tf:8.1f} TFLOPS")
                     rows.append(((dname, D, N, causal), res))
-    tables = ([] if args.bwd_only else [table(rows, "fwd")]) + ([] if args.fwd_only else [table(rows, "bwd")])
+    tables = ([] if args.bwd_only else [table(rows, "fwd", alts)]) + \
+        ([] if args.fwd_only else [table(rows, "bwd", alts)])
     out = "\n\n".join(tables)
     if args.tag:
         out = f"({args.tag})\n" + out

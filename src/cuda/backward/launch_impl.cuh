@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "../common/block_order.cuh"
 #include "../common/check_cuda.hpp"
 #include "dq_kernel.cuh"
 #include "launch.hpp"
@@ -23,8 +24,15 @@ void launch_main(const BackwardParams& p, bool accumulate_dq, cudaStream_t strea
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Shape::kSmemBytes),
              "backward main kernel shared-memory opt-in");
+  BackwardParams ordered = p;
+  const std::int64_t key_tiles = (p.k_len + Shape::kKeyRows - 1) / Shape::kKeyRows;
+  ordered.heads_per_group =
+      FLASHPP_BLOCK_ORDER
+          ? heads_per_group(p.mask.active(), key_tiles, p.kv_heads * p.batch,
+                            resident_blocks(kernel, Shape::kThreads, Shape::kSmemBytes))
+          : 1;
   kernel<<<static_cast<unsigned>(blocks), Shape::kThreads, Shape::kSmemBytes, stream>>>(
-      p, accumulate_dq);
+      ordered, accumulate_dq);
   check_launch("backward main kernel launch");
 }
 

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 
+#include "../common/block_order.cuh"
 #include "../common/math.cuh"
 #include "../common/mma.cuh"
 #include "../common/swizzle.cuh"
@@ -38,15 +39,7 @@ namespace flashpp::cuda::bwd {
 #ifndef FLASHPP_BWD_DQ_ROW_TILES
 #define FLASHPP_BWD_DQ_ROW_TILES 2
 #endif
-// Tuning knobs (docs/perf-notes.md), compile definitions:
-//   FLASHPP_BWD_ROTATE_WALK   1: each key tile starts its walk at a different query tile
-//   FLASHPP_BWD_LATE_PREFETCH 1: the next step's copies are issued after step A, not at the top
-#ifndef FLASHPP_BWD_ROTATE_WALK
-#define FLASHPP_BWD_ROTATE_WALK 0
-#endif
-#ifndef FLASHPP_BWD_LATE_PREFETCH
-#define FLASHPP_BWD_LATE_PREFETCH 0
-#endif
+
 
 template <typename Element, int kHeadDim>
 struct MainKernelShape {
@@ -68,8 +61,8 @@ struct MainKernelShape {
   static constexpr int kColumnWarps = kWarps / kKeyWarps;
   static constexpr int kScoreCols = kQueryRows / kColumnWarps;  // S^T columns of one warp
   static constexpr int kGradCols = kHeadDim / kColumnWarps;     // dK/dV columns of one warp
-  // Warp grid of step D: kDqRowTiles 16-row tiles per warp row (2 where that still leaves every
-  // warp a column block, i.e. 32x32 warp tiles at D=128: 4 ldmatrix per 8 mma instead of 5 per 8).
+  // Warp grid of step D: kDqRowTiles 16-row tiles per warp row (2 where every warp's dQ tile is
+  // still at least 32x32, e.g. at D=64 and D=128: 4 ldmatrix per 8 mma instead of 5 per 8).
   static constexpr int kDqRowTiles =
       FLASHPP_BWD_DQ_ROW_TILES > 1 && kHeadDim >= 64 && kQueryRows >= 64 &&
               kHeadDim * kQueryRows / (32 * kWarps) >= 32 ? 2 : 1;
@@ -152,12 +145,14 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   const int g = lane / 4;  // accumulator row within a 16-row block (and g + 8)
   const int t = lane % 4;  // accumulator column pair within an 8-column block
 
-  // Which (key tile, kv head, batch) this block owns: key tiles vary fastest, so neighbouring
-  // blocks share the same Q/dO through L2.
+  // Which (key tile, kv head, batch) this block owns: the key tiles of a (group of) head(s) are
+  // neighbours in launch order, so they share the same Q/dO through L2; under a causal mask the
+  // first key tiles (seen by the most queries) start first (common/block_order.cuh).
   const std::int64_t key_tiles = (p.k_len + kKeyRows - 1) / kKeyRows;
-  const std::int64_t key_tile = blockIdx.x % key_tiles;
-  const std::int64_t kv_head = (blockIdx.x / key_tiles) % p.kv_heads;
-  const std::int64_t batch = blockIdx.x / key_tiles / p.kv_heads;
+  const BlockItem item = block_item(blockIdx.x, key_tiles, p.batch * p.kv_heads, p.heads_per_group);
+  const std::int64_t key_tile = item.rank;
+  const std::int64_t kv_head = item.head % p.kv_heads;
+  const std::int64_t batch = item.head / p.kv_heads;
   const std::int64_t j0 = key_tile * kKeyRows;
   const std::int64_t j1 = j0 + kKeyRows < p.k_len ? j0 + kKeyRows : p.k_len;
   const int head_dim = static_cast<int>(p.head_dim);
@@ -168,18 +163,14 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   const std::int64_t query_tiles =
       rows.end > rows.begin ? (rows.end + kQueryRows - 1) / kQueryRows - first_query_tile : 0;
   const std::int64_t steps = query_tiles * p.heads_per_kv;
-  // A step's (query head, query tile); the walk advances it by one query tile, then one head.
-  // With FLASHPP_BWD_ROTATE_WALK each key tile starts at a different query tile and wraps
-  // around, so that blocks running in lockstep add their dQ into different rows.
+  // A step's (query head, first row); the walk advances it by one query tile, then one head.
   struct StepPosition {
     std::int64_t head, tile;
   };
-  const std::int64_t start_tile =
-      first_query_tile + (FLASHPP_BWD_ROTATE_WALK && query_tiles > 0 ? key_tile % query_tiles : 0);
   auto next_position = [&](StepPosition s) {
-    if (++s.tile == first_query_tile + query_tiles) s.tile = first_query_tile;
-    if (s.tile == start_tile) ++s.head;
-    return s;
+    return ++s.tile == first_query_tile + query_tiles
+               ? StepPosition{s.head + 1, first_query_tile}
+               : s;
   };
   const auto* q = static_cast<const Element*>(p.q);
   const auto* dout = static_cast<const Element*>(p.dout);
@@ -199,7 +190,7 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
 
   // K_j and V_j once, together with the first query step. A tile no query sees (causal,
   // windows) loads nothing and only writes its zero dK, dV.
-  StepPosition pos{kv_head * p.heads_per_kv, start_tile};
+  StepPosition pos{kv_head * p.heads_per_kv, first_query_tile};
   if (steps > 0) {
     load_rows_async<KvTile, kThreads>(
         s_k, static_cast<const Element*>(p.k) + batch * p.k_strides.batch + kv_head * p.k_strides.head,
@@ -252,13 +243,8 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     cp_async_wait<0>();
     __syncthreads();  // this step's tiles have landed; every warp is done with the last step
     const StepPosition next = next_position(pos);
-    // The next step's copies go into the other stage, which the previous step (now finished by
-    // every warp) was using.
-    auto prefetch_next_step = [&] {
-      if (step + 1 < steps) load_query_step(next, stage ^ 1);
-      cp_async_commit();
-    };
-    if constexpr (!FLASHPP_BWD_LATE_PREFETCH) prefetch_next_step();
+    if (step + 1 < steps) load_query_step(next, stage ^ 1);
+    cp_async_commit();
 
     const std::int64_t h = pos.head;
     const std::int64_t i0 = pos.tile * kQueryRows;
@@ -300,8 +286,6 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
         }
       }
     }
-
-    if constexpr (FLASHPP_BWD_LATE_PREFETCH) prefetch_next_step();
 
     // ---- B. P~^T and dS^T element by element. Element e of the thread: key tile
     // mt = e / (kScoreCols / 2), and within it (e' = e % (kScoreCols / 2)) 8-column block e' / 4,

@@ -50,6 +50,9 @@ struct BackwardParams {
   float* dq_accum = nullptr;
   std::int64_t rows_padded = 0;
   int accum_width = 0;
+
+  // Launch order of the main kernel's (key tile, kv head) items: common/block_order.cuh.
+  std::int64_t heads_per_group = 1;
 };
 
 }  // namespace flashpp::cuda::bwd

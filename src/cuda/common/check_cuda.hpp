@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "flashpp/flashpp.hpp"
@@ -21,5 +22,17 @@ inline void check_cuda(cudaError_t status, const char* what) {
 // After a kernel launch: launch-configuration errors are reported by cudaGetLastError (the kernel
 // itself runs asynchronously; its faults surface at the next synchronising call).
 inline void check_launch(const char* what) { check_cuda(cudaGetLastError(), what); }
+
+// Blocks of `kernel` resident on the whole current device at once (SMs x blocks per SM).
+template <typename Kernel>
+std::int64_t resident_blocks(Kernel kernel, int threads, int dynamic_smem) {
+  int device = 0, sms = 0, per_sm = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+             "cudaDeviceGetAttribute (multiprocessors)");
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, dynamic_smem),
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return static_cast<std::int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+}
 
 }  // namespace flashpp::cuda

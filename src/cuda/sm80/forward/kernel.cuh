@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../../common/block_order.cuh"
 #include "../../common/cp_async.cuh"
 #include "../../common/ldmatrix.cuh"
 #include "../../common/math.cuh"
@@ -346,9 +347,11 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
   auto v_stage = [&](int s) { return kv_smem + (2 * s + 1) * Traits::KVTile::kElements; };
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // Later query tiles see more keys under a causal mask: start them first (less tail idling).
-  const std::int64_t m_block = gridDim.x - 1 - blockIdx.x;
-  const std::int64_t bh = p.bh_offset + blockIdx.y;
+  // Later query tiles see more keys under a causal mask: they start first (common/block_order.cuh).
+  const BlockItem item = block_item(static_cast<std::int64_t>(blockIdx.y) * gridDim.x + blockIdx.x,
+                                    gridDim.x, gridDim.y, p.heads_per_group);
+  const std::int64_t m_block = gridDim.x - 1 - item.rank;
+  const std::int64_t bh = p.bh_offset + item.head;
   const std::int64_t b = bh / p.Hq, h = bh % p.Hq, h_kv = h / p.heads_per_kv;
   const std::int64_t m0 = m_block * kBlockM;
   const std::int64_t m_end = m0 + kBlockM < p.Nq ? m0 + kBlockM : p.Nq;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "../../common/block_order.cuh"
 #include "../../common/check_cuda.hpp"
 #include "kernel.cuh"
 #include "tile_config.hpp"
@@ -26,12 +27,15 @@ void launch_forward_kernel(const ForwardParams& params, std::int64_t batch_heads
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute (forward shared memory)");
   const std::int64_t m_blocks = (params.Nq + Traits::kBlockM - 1) / Traits::kBlockM;
+  const std::int64_t slots = resident_blocks(kernel, Traits::kThreads, kSmem);
   constexpr std::int64_t kMaxGridY = 65535;
   for (std::int64_t first = 0; first < batch_heads; first += kMaxGridY) {
     ForwardParams chunk = params;
     chunk.bh_offset = first;
-    const dim3 grid(static_cast<unsigned>(m_blocks),
-                    static_cast<unsigned>(std::min(kMaxGridY, batch_heads - first)));
+    const std::int64_t heads = std::min(kMaxGridY, batch_heads - first);
+    chunk.heads_per_group =
+        FLASHPP_BLOCK_ORDER ? heads_per_group(params.mask.active(), m_blocks, heads, slots) : 1;
+    const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(heads));
     kernel<<<grid, Traits::kThreads, kSmem, stream>>>(chunk);
     check_launch("forward kernel launch");
   }

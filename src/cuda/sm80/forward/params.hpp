@@ -37,6 +37,8 @@ struct ForwardParams {
 
   // The (batch * head) index of blockIdx.y == 0 (launches are split when B*Hq > 65535).
   std::int64_t bh_offset = 0;
+  // Launch order of (query tile, head) items: common/block_order.cuh.
+  std::int64_t heads_per_group = 1;
 };
 
 }  // namespace flashpp::cuda::sm80
