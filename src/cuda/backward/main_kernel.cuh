@@ -27,6 +27,7 @@
 #include "../common/mma.cuh"
 #include "../common/swizzle.cuh"
 #include "../common/swizzled_fragments.cuh"
+#include "../common/tma.cuh"
 #include "config.hpp"
 #include "dq_accum.cuh"
 #include "params.hpp"
@@ -82,8 +83,16 @@ struct MainKernelShape {
   static constexpr int kDsOffset = kPOffset + ScoreTile::kBytes;
   static constexpr int kLseOffset = kDsOffset + ScoreTile::kBytes;     // [2 stages][kQueryRows]
   static constexpr int kDeltaOffset = kLseOffset + 2 * kQueryRows * 4;  // [2 stages][kQueryRows]
-  static constexpr int kSmemBytes = kDeltaOffset + 2 * kQueryRows * 4;
+  static constexpr int kBarrierOffset = kDeltaOffset + 2 * kQueryRows * 4;  // [2 stages] mbarriers
+  static constexpr int kSmemBytes = kBarrierOffset + 2 * 8;
   static_assert(kSmemBytes <= 163 * 1024, "one table for every sm80+ GPU: A100's per-block limit");
+
+  // sm90 with 64-column panels (D a multiple of 64): a step's Q, dO, lse and delta arrive by bulk
+  // copies (tma.cuh) issued by one thread, this many bytes in all. The Q/dO tiles then start on
+  // 1024-byte boundaries, as the copy engine's 128-byte swizzle needs.
+  static constexpr bool kBulkCopies = kTmaAvailable && QTile::kPanelChunks == 8;
+  static constexpr std::uint32_t kStepBytes = 2 * QTile::kBytes + 2 * kQueryRows * 4;
+  static_assert((kQOffset % 1024 == 0 && QTile::kBytes % 1024 == 0) || QTile::kPanelChunks != 8);
 };
 
 // Element (row, col) of a swizzled tile, col even: the 32-bit word holding (col, col + 1).
@@ -106,13 +115,18 @@ __device__ __forceinline__ RowRange rows_seeing_keys(const detail::Mask& m, std:
   return RowRange{begin, end > begin ? end : begin};
 }
 
+// FLASHPP_BWD_TMA=0 (compile definition) keeps cp.async for every tile on sm90 too (comparisons).
+#ifndef FLASHPP_BWD_TMA
+#define FLASHPP_BWD_TMA 1
+#endif
+
 // kExtras: the instantiation that also handles softcap and dropout (tested per tile inside);
 // the plain one leaves their code out, which saves it registers and spills (ptxas, sm_90a,
 // D=128: 108 -> 56 bytes of spill stores).
 template <typename Element, int kHeadDim, bool kExtras>
 __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
                                   MainTile<kHeadDim>::kMinBlocksPerSm)
-    bwd_main_kernel(const BackwardParams p, bool accumulate_dq) {
+    bwd_main_kernel(const __grid_constant__ BackwardParams p, bool accumulate_dq) {
   using Shape = MainKernelShape<Element, kHeadDim>;
   using KvTile = typename Shape::KvTile;
   using QTile = typename Shape::QTile;
@@ -121,7 +135,9 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   constexpr int kQueryRows = Shape::kQueryRows;
   constexpr int kThreads = Shape::kThreads;
 
-  extern __shared__ __align__(128) unsigned char smem[];
+  // 1024-byte aligned: the bulk copies' 128-byte swizzle is a function of the shared address.
+  extern __shared__ __align__(1024) unsigned char main_smem[];
+  unsigned char* smem = main_smem;
   Element* s_k = reinterpret_cast<Element*>(smem + Shape::kKOffset);
   Element* s_v = reinterpret_cast<Element*>(smem + Shape::kVOffset);
   Element* s_p = reinterpret_cast<Element*>(smem + Shape::kPOffset);
@@ -137,6 +153,9 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   };
   auto s_delta = [&](int stage) {
     return reinterpret_cast<float*>(smem + Shape::kDeltaOffset) + stage * kQueryRows;
+  };
+  auto s_bar = [&](int stage) {
+    return reinterpret_cast<std::uint64_t*>(smem + Shape::kBarrierOffset) + stage;
   };
 
   const int tid = threadIdx.x;
@@ -188,6 +207,32 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     load_floats_async<kQueryRows, kThreads>(s_delta(stage), p.delta + row_base, tid);
   };
 
+  // The same step by bulk copies (sm90): issued by thread 0 alone, completing on the stage's
+  // mbarrier. Rows past q_len and columns past head_dim arrive as zeros (the maps' bounds).
+  const bool bulk_copies = Shape::kBulkCopies && FLASHPP_BWD_TMA && p.use_tma;
+  auto issue_query_step_bulk = [&](StepPosition pos, int stage) {
+    std::uint64_t* bar = s_bar(stage);
+    mbarrier_expect_bytes(bar, Shape::kStepBytes);
+    const int i0 = static_cast<int>(pos.tile * kQueryRows);
+    const int h = static_cast<int>(pos.head), b = static_cast<int>(batch);
+#pragma unroll
+    for (int panel = 0; panel < QTile::kChunks / QTile::kPanelChunks; ++panel) {
+      tma_load_4d(s_q(stage) + panel * QTile::kPanelElements, &p.q_map, 64 * panel, i0, h, b, bar);
+      tma_load_4d(s_do(stage) + panel * QTile::kPanelElements, &p.dout_map, 64 * panel, i0, h, b,
+                  bar);
+    }
+    const std::int64_t row_base = (batch * p.q_heads + pos.head) * p.rows_padded + i0;
+    bulk_load(s_lse(stage), p.lse_log2 + row_base, kQueryRows * 4, bar);
+    bulk_load(s_delta(stage), p.delta + row_base, kQueryRows * 4, bar);
+  };
+  if (bulk_copies) {
+    if (tid == 0) {
+      mbarrier_init_single(s_bar(0));
+      mbarrier_init_single(s_bar(1));
+    }
+    __syncthreads();
+  }
+
   // K_j and V_j once, together with the first query step. A tile no query sees (causal,
   // windows) loads nothing and only writes its zero dK, dV.
   StepPosition pos{kv_head * p.heads_per_kv, first_query_tile};
@@ -198,7 +243,11 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     load_rows_async<KvTile, kThreads>(
         s_v, static_cast<const Element*>(p.v) + batch * p.v_strides.batch + kv_head * p.v_strides.head,
         p.v_strides.row, j0, p.k_len, head_dim, tid);
-    load_query_step(pos, 0);
+    if (!bulk_copies) {
+      load_query_step(pos, 0);
+    } else if (tid == 0) {
+      issue_query_step_bulk(pos, 0);
+    }
   }
   cp_async_commit();
 
@@ -243,8 +292,16 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     cp_async_wait<0>();
     __syncthreads();  // this step's tiles have landed; every warp is done with the last step
     const StepPosition next = next_position(pos);
-    if (step + 1 < steps) load_query_step(next, stage ^ 1);
+    if (step + 1 < steps) {
+      if (!bulk_copies) {
+        load_query_step(next, stage ^ 1);
+      } else if (tid == 0) {
+        issue_query_step_bulk(next, stage ^ 1);
+      }
+    }
     cp_async_commit();
+    // Stage `stage` is used for the (step / 2)-th time: its barrier's phase parity.
+    if (bulk_copies) mbarrier_wait(s_bar(stage), static_cast<std::uint32_t>(step >> 1) & 1u);
 
     const std::int64_t h = pos.head;
     const std::int64_t i0 = pos.tile * kQueryRows;

@@ -2,6 +2,8 @@
 // only (pointers, 64-bit sizes and strides), so it is valid in host and device code alike.
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
 
 #include "../../common/mask.hpp"
@@ -53,6 +55,11 @@ struct BackwardParams {
 
   // Launch order of the main kernel's (key tile, kv head) items: common/block_order.cuh.
   std::int64_t heads_per_group = 1;
+
+  // Main kernel on sm90: q and dout tiles through the bulk copy engine (common/tma.cuh), with
+  // these maps (boxes of one query tile x 64 columns); false: cp.async by every thread.
+  bool use_tma = false;
+  CUtensorMap q_map{}, dout_map{};
 };
 
 }  // namespace flashpp::cuda::bwd

@@ -1,0 +1,26 @@
+// Host side of the bulk copy engine (tma.cuh): tensor maps for the [B, N, H, D] views the kernels
+// read, made through the driver's cuTensorMapEncodeTiled (reached with
+// cudaGetDriverEntryPointByVersion, so the library needs no link against libcuda).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "flashpp/flashpp.hpp"
+
+namespace flashpp::cuda {
+
+// A map of a [B, N, H, D] view (element strides; D contiguous) of 16-bit elements whose box is
+// `box_rows` rows x 64 columns (128 bytes) of one (batch, head), 128-byte swizzled. Coordinates:
+// (column, row, head, batch). Elements outside [0, D) x [0, N) read as zero. Returns false when
+// the driver has no tensor maps or rejects the view (the caller then keeps its cp.async path).
+bool make_row_tile_map(CUtensorMap* map, const void* data, DType dtype, std::int64_t batch,
+                       std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
+                       std::int64_t batch_stride, std::int64_t row_stride,
+                       std::int64_t head_stride, int box_rows);
+
+// True when `device` has the bulk copy engine (compute capability 9.0 or later).
+bool device_has_tma(int device);
+
+}  // namespace flashpp::cuda

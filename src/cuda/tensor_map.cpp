@@ -1,0 +1,71 @@
+// Tensor maps for the bulk copy engine (common/tensor_map.hpp).
+#include "common/tensor_map.hpp"
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+namespace flashpp::cuda {
+namespace {
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's cuTensorMapEncodeTiled, looked up once; nullptr when the driver lacks it.
+EncodeTiled encode_tiled() {
+  static EncodeTiled fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &status) == cudaSuccess &&
+        status == cudaDriverEntryPointSuccess) {
+      fn = reinterpret_cast<EncodeTiled>(p);
+    } else {
+      cudaGetLastError();  // leave no sticky error behind
+    }
+  });
+  return fn;
+}
+
+}  // namespace
+
+bool device_has_tma(int device) {
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return major >= 9;
+}
+
+bool make_row_tile_map(CUtensorMap* map, const void* data, DType dtype, std::int64_t batch,
+                       std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
+                       std::int64_t batch_stride, std::int64_t row_stride,
+                       std::int64_t head_stride, int box_rows) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr || (dtype != DType::f16 && dtype != DType::bf16)) return false;
+  if (batch <= 0 || rows <= 0 || heads <= 0 || head_dim <= 0) return false;
+  // Byte strides of dims 1..3; a dimension of extent 1 is only ever read at coordinate 0, so its
+  // stride (free in the view) is replaced by a valid one.
+  auto stride_bytes = [](std::int64_t extent, std::int64_t stride) -> cuuint64_t {
+    return extent == 1 ? 16u : static_cast<cuuint64_t>(stride) * 2u;
+  };
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[3] = {stride_bytes(rows, row_stride), stride_bytes(heads, head_stride),
+                                 stride_bytes(batch, batch_stride)};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUtensorMapDataType type = dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  return encode(map, type, 4, const_cast<void*>(data), dims, strides, box, element_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+}  // namespace flashpp::cuda
