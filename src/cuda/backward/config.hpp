@@ -32,10 +32,6 @@ constexpr int kernel_head_dim(std::int64_t d) {
 #ifndef FLASHPP_BWD_TILE_VARIANT
 #define FLASHPP_BWD_TILE_VARIANT 0
 #endif
-// 1: the dQ accumulator in fragment order (dq_accum.cuh); 0: row-major (tuning comparison).
-#ifndef FLASHPP_BWD_DQ_FRAGMENT_LAYOUT
-#define FLASHPP_BWD_DQ_FRAGMENT_LAYOUT 1
-#endif
 template <int kHeadDim>
 struct MainTile {
   static constexpr bool kWide = (kHeadDim >= 64 && kHeadDim <= 128) ||

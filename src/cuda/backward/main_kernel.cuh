@@ -123,6 +123,23 @@ __device__ __forceinline__ RowRange rows_seeing_keys(const detail::Mask& m, std:
 // kExtras: the instantiation that also handles softcap and dropout (tested per tile inside);
 // the plain one leaves their code out, which saves it registers and spills (ptxas, sm_90a,
 // D=128: 108 -> 56 bytes of spill stores).
+// Visible (query, key) pairs of a tile, as bounds on (key - query) within the tile: the mask
+// rule -left <= j - i - shift <= right with j = j0 + row, i = i0 + col reads
+// lo <= row - col <= hi for lo = -left - (j0 - i0 - shift), hi = right - (j0 - i0 - shift).
+// row - col lies in (-kCols, kRows), so clamping the bounds to [-kCols, kRows] changes no answer
+// and fits them in 32 bits.
+struct TileBand {
+  int lo, hi;
+};
+template <int kRows, int kCols>
+__device__ __forceinline__ TileBand tile_band(const detail::Mask& m, std::int64_t j0_minus_i0) {
+  const std::int64_t base = j0_minus_i0 - m.shift;
+  auto clamp = [](std::int64_t x) {
+    return static_cast<int>(x < -kCols ? -kCols : (x > kRows ? kRows : x));
+  };
+  return TileBand{clamp(-m.left - base), clamp(m.right - base)};
+}
+
 template <typename Element, int kHeadDim, bool kExtras>
 __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
                                   MainTile<kHeadDim>::kMinBlocksPerSm)
@@ -352,6 +369,11 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     // leaves registers and dS^T goes to shared memory only for the dQ product.
     const std::int64_t i1 = i0 + kQueryRows < p.q_len ? i0 + kQueryRows : p.q_len;
     const bool element_mask = p.mask.active() && !p.mask.tile_fully_visible(i0, i1, j0, j1);
+    // The mask rule -left <= (j0 + row) - (i0 + col) - shift <= right, turned once per step into
+    // 32-bit bounds on row - col (clamped to the range row - col can take in a tile), so that an
+    // element's test is two integer compares against a lane constant plus a compile-time offset.
+    const TileBand band = tile_band<kKeyRows, kQueryRows>(p.mask, j0 - i0);
+    const int lane_band = key_row0 - score_col0 + g - 2 * t;  // row - col of the lane's element 0
     const auto bh = static_cast<std::uint32_t>(batch * p.q_heads + h);
     constexpr int kTileElements = Shape::kScoreCols / 2;  // per thread and key tile
     const auto keep_bits = dropout_keep_bits<kMt * kTileElements, kExtras>(
@@ -383,7 +405,9 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
               const int e = mt * kTileElements + 4 * n + 2 * half + c;
-              const bool visible = !kMasked || p.mask.visible(i0 + col + c, j0 + row);
+              // row - col - c = lane_band + 16 mt + 8 half - 8 n - c
+              const int rel = lane_band + 16 * mt + 8 * half - 8 * n - c;
+              const bool visible = !kMasked || (rel >= band.lo && rel <= band.hi);
               const ScoreGradient sg = score_gradient<kSoftcap, kDropout>(
                   p, s_acc[mt][n][2 * half + c], dp_acc[mt][n][2 * half + c],
                   c ? lse_pair.y : lse_pair.x, c ? delta_pair.y : delta_pair.x, visible,
@@ -462,10 +486,9 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
           }
         }
       }
-#if FLASHPP_BWD_DQ_FRAGMENT_LAYOUT
       // One fragment-ordered 16x8 block of the accumulator per accumulator fragment
-      // (dq_accum.cuh); accum_width == kHeadDim (workspace_layout).
-      // The warp's first block; the others follow at compile-time offsets.
+      // (dq_accum.cuh); accum_width == kHeadDim (workspace_layout), so from the warp's first
+      // block the others follow at compile-time offsets.
       float* first_block =
           dq_accum_block(p, batch * p.q_heads + h, (i0 + dq_row0) / 16, dq_col0 / 8, kHeadDim);
 #pragma unroll
@@ -476,29 +499,6 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
                                 lane, dq_acc[mt][n]);
         }
       }
-#else
-      // accum_width == kHeadDim (workspace_layout), so the per-element offsets are constants.
-      float* accum = p.dq_accum +
-                     ((batch * p.q_heads + h) * p.rows_padded + i0 + dq_row0 + g) * kHeadDim +
-                     dq_col0 + 2 * t;
-#pragma unroll
-      for (int mt = 0; mt < kDqMt; ++mt) {
-#pragma unroll
-        for (int n = 0; n < Shape::kDqCols / 8; ++n) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            float* dst = accum + (16 * mt + 8 * half) * kHeadDim + 8 * n;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            atomicAdd(reinterpret_cast<float2*>(dst),
-                      make_float2(dq_acc[mt][n][2 * half], dq_acc[mt][n][2 * half + 1]));
-#else
-            atomicAdd(dst, dq_acc[mt][n][2 * half]);
-            atomicAdd(dst + 1, dq_acc[mt][n][2 * half + 1]);
-#endif
-          }
-        }
-      }
-#endif
     }
   }
 

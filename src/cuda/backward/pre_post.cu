@@ -1,5 +1,5 @@
 // Preprocess (delta, lse in log2 units) and postprocess (dQ accumulator -> dq) of the backward.
-// Both are memory-bound and read each element once with 16-byte accesses.
+// Both are memory-bound and read each element once, coalesced.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -69,7 +69,6 @@ __global__ void __launch_bounds__(kPrepThreads) bwd_preprocess_kernel(const Back
 
 constexpr int kPostThreads = 256;
 
-#if FLASHPP_BWD_DQ_FRAGMENT_LAYOUT
 // One block per 16-row band of one (batch, head): its 16x8 fragment-ordered blocks (dq_accum.cuh)
 // are read whole by one warp each (coalesced), placed row-major in shared memory, and leave as
 // 16-byte rows of the storage dtype.
@@ -88,8 +87,13 @@ __global__ void __launch_bounds__(kPostThreads) bwd_postprocess_kernel(const Bac
   for (int cb = warp; cb < col_blocks; cb += kPostThreads / 32) {
     const float* block = dq_accum_block(p, bh, band_index, cb, p.accum_width);
     float c[4];
+    if constexpr (kDqAccumVector == 4) {  // the lane's four values are one 16-byte vector
+      const float4 v = *reinterpret_cast<const float4*>(block + 4 * lane);
+      c[0] = v.x, c[1] = v.y, c[2] = v.z, c[3] = v.w;
+    } else {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) c[e] = block[dq_accum_slot(lane, e)];
+      for (int e = 0; e < 4; ++e) c[e] = block[dq_accum_slot(lane, e)];
+    }
     band[g][8 * cb + 2 * t] = c[0];
     band[g][8 * cb + 2 * t + 1] = c[1];
     band[g + 8][8 * cb + 2 * t] = c[2];
@@ -112,30 +116,6 @@ __global__ void __launch_bounds__(kPostThreads) bwd_postprocess_kernel(const Bac
     *reinterpret_cast<uint4*>(dq) = out;
   }
 }
-#else
-template <typename Element>
-__global__ void __launch_bounds__(kPostThreads) bwd_postprocess_kernel(const BackwardParams p) {
-  const std::int64_t chunks_per_row = p.head_dim / 8;
-  const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * kPostThreads + threadIdx.x;
-  if (index >= p.batch * p.q_heads * p.q_len * chunks_per_row) return;
-  const int d = static_cast<int>(index % chunks_per_row) * 8;
-  const std::int64_t row = index / chunks_per_row;  // over [B, Hq, Nq]
-  const std::int64_t i = row % p.q_len;
-  const std::int64_t bh = row / p.q_len;
-  const std::int64_t b = bh / p.q_heads, h = bh % p.q_heads;
-  const float* accum = p.dq_accum + (bh * p.rows_padded + i) * p.accum_width + d;
-  const float4 lo = *reinterpret_cast<const float4*>(accum);
-  const float4 hi = *reinterpret_cast<const float4*>(accum + 4);
-  uint4 out;
-  out.x = pack_pair<Element>(lo.x * p.scale, lo.y * p.scale);
-  out.y = pack_pair<Element>(lo.z * p.scale, lo.w * p.scale);
-  out.z = pack_pair<Element>(hi.x * p.scale, hi.y * p.scale);
-  out.w = pack_pair<Element>(hi.z * p.scale, hi.w * p.scale);
-  auto* dq = static_cast<Element*>(p.dq) + b * p.dq_strides.batch + i * p.dq_strides.row +
-             h * p.dq_strides.head + d;
-  *reinterpret_cast<uint4*>(dq) = out;
-}
-#endif
 
 std::int64_t blocks_for(std::int64_t items, int per_block) {
   return (items + per_block - 1) / per_block;
@@ -156,11 +136,7 @@ template <typename Element>
 void launch_postprocess(const BackwardParams& p, cudaStream_t stream) {
   const std::int64_t chunks = p.batch * p.q_heads * p.q_len * (p.head_dim / 8);
   if (chunks == 0) return;
-#if FLASHPP_BWD_DQ_FRAGMENT_LAYOUT
   const std::int64_t blocks = p.batch * p.q_heads * ((p.q_len + kBandRows - 1) / kBandRows);
-#else
-  const std::int64_t blocks = blocks_for(chunks, kPostThreads);
-#endif
   bwd_postprocess_kernel<Element>
       <<<static_cast<unsigned>(blocks), kPostThreads, 0, stream>>>(p);
   check_launch("backward postprocess kernel launch");
