@@ -115,9 +115,13 @@ __device__ __forceinline__ RowRange rows_seeing_keys(const detail::Mask& m, std:
   return RowRange{begin, end > begin ? end : begin};
 }
 
-// FLASHPP_BWD_TMA=0 (compile definition) keeps cp.async for every tile on sm90 too (comparisons).
+// FLASHPP_BWD_TMA=0 (compile definition) keeps cp.async for every tile on sm90 too, and
+// FLASHPP_BWD_STMATRIX=0 the 4-byte stores of P~^T/dS^T (comparisons).
 #ifndef FLASHPP_BWD_TMA
 #define FLASHPP_BWD_TMA 1
+#endif
+#ifndef FLASHPP_BWD_STMATRIX
+#define FLASHPP_BWD_STMATRIX 1
 #endif
 
 // kExtras: the instantiation that also handles softcap and dropout (tested per tile inside);
@@ -151,6 +155,7 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   constexpr int kKeyRows = Shape::kKeyRows;
   constexpr int kQueryRows = Shape::kQueryRows;
   constexpr int kThreads = Shape::kThreads;
+  constexpr bool kStoreFragments = kStmatrixAvailable && FLASHPP_BWD_STMATRIX;
 
   // 1024-byte aligned: the bulk copies' 128-byte swizzle is a function of the shared address.
   extern __shared__ __align__(1024) unsigned char main_smem[];
@@ -419,14 +424,30 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
             const int reg = (n % 2) * 2 + half;
             p_frag[mt][n / 2][reg] = pack_pair<Element>(p_dropped[0], p_dropped[1]);
             ds_frag[mt][n / 2][reg] = pack_pair<Element>(ds[0], ds[1]);
-            *pair_address<ScoreTile>(s_ds, row, col) = ds_frag[mt][n / 2][reg];
-            if constexpr (Shape::kColumnWarps > 1) {
-              *pair_address<ScoreTile>(s_p, row, col) = p_frag[mt][n / 2][reg];
+            if constexpr (!kStoreFragments) {
+              *pair_address<ScoreTile>(s_ds, row, col) = ds_frag[mt][n / 2][reg];
+              if constexpr (Shape::kColumnWarps > 1) {
+                *pair_address<ScoreTile>(s_p, row, col) = p_frag[mt][n / 2][reg];
+              }
             }
           }
         }
       }
     });
+    // sm90: dS^T (and P~^T when other warps need it) leave as whole 16x16 fragments, one
+    // stmatrix each instead of eight 4-byte stores.
+    if constexpr (kStoreFragments) {
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+        for (int kb = 0; kb < Shape::kScoreCols / 16; ++kb) {
+          ds_as_a.store(ds_frag[mt][kb], key_row0 + 16 * mt, score_col0 + 16 * kb);
+          if constexpr (Shape::kColumnWarps > 1) {
+            p_as_a.store(p_frag[mt][kb], key_row0 + 16 * mt, score_col0 + 16 * kb);
+          }
+        }
+      }
+    }
     // When the warp owns all query columns, step C reads only its own registers and the Q/dO
     // tiles that were complete at the top of the step, so it runs before the barrier: warps that
     // finish B early start their tensor-core work while the others are still in B.

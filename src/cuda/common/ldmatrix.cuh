@@ -4,7 +4,7 @@
 // of matrix m. The transposed form hands out the transpose of each 8x8 matrix instead, which
 // turns a row-major [k][n] tile (such as V stored [key][d]) into "col-major" B fragments.
 //
-// CCCL's cuda::ptx has no ldmatrix wrapper, so this is PTX.
+// CCCL's cuda::ptx has no ldmatrix/stmatrix wrapper, so this is PTX.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +41,28 @@ __device__ __forceinline__ void ldmatrix_x2_trans(std::uint32_t (&r)[2],
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])
                : "r"(smem_row_addr));
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+inline constexpr bool kStmatrixAvailable = true;
+#else
+inline constexpr bool kStmatrixAvailable = false;
+#endif
+
+// The mirror of ldmatrix_x4 (sm90+): lanes 8m..8m+7 give the row addresses of matrix m, and each
+// lane's r[m] holds its two elements of matrix m in the same fragment layout. One instruction
+// stores a whole 16x16 A fragment (or two 16x8 accumulator tiles packed to 16 bits).
+__device__ __forceinline__ void stmatrix_x4(std::uint32_t smem_row_addr,
+                                            const std::uint32_t (&r)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                   smem_row_addr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+#else
+  (void)smem_row_addr, (void)r;
+  __trap();
+#endif
 }
 
 }  // namespace flashpp::cuda

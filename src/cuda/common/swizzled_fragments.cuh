@@ -52,21 +52,31 @@ class FragmentReader {
   // full fragment), col0 a multiple of 16. For a and b that is (m0 or n0, k0); for a_trans and
   // b_trans it is (k0, m0 or n0).
   __device__ __forceinline__ void load(std::uint32_t (&r)[4], int row0, int col0) const {
-    const int chunk0 = col0 / 8;
-    const int panel = chunk0 / kPanelChunks;
-    const int in_panel = (chunk0 % kPanelChunks) ^ lane_xor_;
-    const std::uint32_t address =
-        lane_base_ +
-        2u * static_cast<std::uint32_t>(panel * Tile::kPanelElements + row0 * kPanelChunks * 8 +
-                                        in_panel * 8);
     if constexpr (kTranspose) {
-      ldmatrix_x4_trans(r, address);
+      ldmatrix_x4_trans(r, address(row0, col0));
     } else {
-      ldmatrix_x4(r, address);
+      ldmatrix_x4(r, address(row0, col0));
     }
   }
 
+  // The inverse of load for Operand::a (sm90+: stmatrix): writes the 16x16 A fragment r whose
+  // top-left element is tile (row0, col0), i.e. packed accumulators of rows row0.., columns
+  // col0.. (a0/a1: rows g/g+8 of columns 0-7, a2/a3: of columns 8-15).
+  __device__ __forceinline__ void store(const std::uint32_t (&r)[4], int row0, int col0) const {
+    static_assert(kOperand == Operand::a, "fragments are stored in the A layout");
+    stmatrix_x4(address(row0, col0), r);
+  }
+
  private:
+  __device__ __forceinline__ std::uint32_t address(int row0, int col0) const {
+    const int chunk0 = col0 / 8;
+    const int panel = chunk0 / kPanelChunks;
+    const int in_panel = (chunk0 % kPanelChunks) ^ lane_xor_;
+    return lane_base_ +
+           2u * static_cast<std::uint32_t>(panel * Tile::kPanelElements + row0 * kPanelChunks * 8 +
+                                           in_panel * 8);
+  }
+
   std::uint32_t lane_base_;
   int lane_xor_;
 };
