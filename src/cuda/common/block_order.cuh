@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "../../common/host_device.hpp"
+
 // FLASHPP_BLOCK_ORDER=0 (compile definition) keeps the plain head-by-head order (for comparisons).
 #ifndef FLASHPP_BLOCK_ORDER
 #define FLASHPP_BLOCK_ORDER 1
@@ -25,9 +27,10 @@ struct BlockItem {
   std::int64_t head;  // within the launch
 };
 
-// Item of the block at launch position `linear` (0 .. tiles * heads - 1).
-__host__ __device__ inline BlockItem block_item(std::int64_t linear, std::int64_t tiles,
-                                                std::int64_t heads, std::int64_t heads_per_group) {
+// Item of the block at launch position `linear` (0 .. tiles * heads - 1). Every item is taken by
+// exactly one position (tests/cpu/test_block_order.cpp). Plain C++: host code and tests use it too.
+FLASHPP_HD BlockItem block_item(std::int64_t linear, std::int64_t tiles, std::int64_t heads,
+                                std::int64_t heads_per_group) {
   const std::int64_t group = linear / (heads_per_group * tiles);
   const std::int64_t first_head = group * heads_per_group;
   const std::int64_t rest = heads - first_head;
