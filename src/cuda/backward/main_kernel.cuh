@@ -1,20 +1,23 @@
 // The backward's main kernel: one thread block per (key tile, batch, kv head).
 //
 // The block loads its K_j and V_j tile once and keeps it in shared memory, then walks every
-// (query head of the kv head's group, query tile) pair that can see the tile, two stages deep:
+// (query head of the kv head's group, query tile) pair that can see the tile, two stages deep
+// (each step's Q, dO, lse, delta: cp.async by every thread, or on sm90 bulk copies issued by one
+// thread, tma.cuh):
 //
-//   A. S^T = K_j Q_i^T,  dP^T = V_j dO_i^T          (each warp: 16 keys x some query columns)
-//   B. P~^T, dS^T element-wise (score_gradient.cuh), packed to 16 bits; dS^T also goes to
-//      shared memory for D
-//   C. dV_j += P~^T dO_i,  dK_j += dS^T Q_i          (each warp: 16 keys x some head columns,
+//   A. S^T = K_j Q_i^T,  dP^T = V_j dO_i^T          (each warp: 16 or 32 keys x some queries)
+//   B. P~^T, dS^T element-wise (score_gradient.cuh), packed to 16 bits; dS^T (and P~^T when
+//      other warps need it) goes to shared memory (stmatrix on sm90)
+//   C. dV_j += P~^T dO_i,  dK_j += dS^T Q_i          (each warp: its keys x some head columns,
 //                                                     accumulated in registers over the walk)
-//   D. dQ_i += dS K_j, added with float32 atomics into the workspace (skipped in deterministic
-//      mode, where bwd_dq_kernel computes dQ without atomics)
+//   D. dQ_i += dS K_j, added with float32 atomics into the fragment-ordered workspace
+//      (dq_accum.cuh; skipped in deterministic mode, where bwd_dq_kernel computes dQ)
 //
-// Computing S transposed (keys as rows) puts each warp's 16 keys in the same rows for A and C:
+// Computing S transposed (keys as rows) puts each warp's keys in the same rows for A and C:
 // packed P~^T and dS^T accumulators are exactly the A fragments of C, so where a warp owns all
-// query columns (D <= 128) they never go through shared memory, and C needs no barrier.
-// Two barriers per step: tiles landed / previous step done, and dS^T complete before D.
+// query columns they never go through shared memory, and C needs no barrier. With 32 keys per
+// warp ("wide", config.hpp) two warps share a key group and exchange them through shared memory.
+// Two barriers per step: tiles landed / previous step done, and P~^T, dS^T complete before C or D.
 //
 // GQA: the block loops over the Hq/Hkv query heads of its kv head itself, so dK and dV sum over
 // the group in registers, in a fixed order, with no extra memory and no second reduction pass.
@@ -405,7 +408,6 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
         for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            const int row = key_row0 + 16 * mt + g + 8 * half;  // key within the tile
             float p_dropped[2], ds[2];
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
@@ -425,6 +427,7 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
             p_frag[mt][n / 2][reg] = pack_pair<Element>(p_dropped[0], p_dropped[1]);
             ds_frag[mt][n / 2][reg] = pack_pair<Element>(ds[0], ds[1]);
             if constexpr (!kStoreFragments) {
+              const int row = key_row0 + 16 * mt + g + 8 * half;  // key within the tile
               *pair_address<ScoreTile>(s_ds, row, col) = ds_frag[mt][n / 2][reg];
               if constexpr (Shape::kColumnWarps > 1) {
                 *pair_address<ScoreTile>(s_p, row, col) = p_frag[mt][n / 2][reg];
