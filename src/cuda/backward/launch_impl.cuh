@@ -28,9 +28,10 @@ void launch_main(const BackwardParams& p, bool accumulate_dq, cudaStream_t strea
              "backward main kernel shared-memory opt-in");
   BackwardParams launch_params = p;
   const std::int64_t key_tiles = (p.k_len + Shape::kKeyRows - 1) / Shape::kKeyRows;
+  // Occupancy is only asked for where the order matters (a mask makes tile costs unequal).
   launch_params.heads_per_group =
-      FLASHPP_BLOCK_ORDER
-          ? heads_per_group(p.mask.active(), key_tiles, p.kv_heads * p.batch,
+      FLASHPP_BLOCK_ORDER && p.mask.active()
+          ? heads_per_group(true, key_tiles, p.kv_heads * p.batch,
                             resident_blocks(kernel, Shape::kThreads, Shape::kSmemBytes))
           : 1;
   // Bulk copies of the query-side tiles where the GPU has them and the tiles are 64-column panels

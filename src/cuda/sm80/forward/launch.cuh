@@ -27,14 +27,15 @@ void launch_forward_kernel(const ForwardParams& params, std::int64_t batch_heads
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute (forward shared memory)");
   const std::int64_t m_blocks = (params.Nq + Traits::kBlockM - 1) / Traits::kBlockM;
-  const std::int64_t slots = resident_blocks(kernel, Traits::kThreads, kSmem);
+  // Occupancy is only asked for where the block order matters (a mask makes tile costs unequal).
+  const bool ordered = FLASHPP_BLOCK_ORDER && params.mask.active();
+  const std::int64_t slots = ordered ? resident_blocks(kernel, Traits::kThreads, kSmem) : 0;
   constexpr std::int64_t kMaxGridY = 65535;
   for (std::int64_t first = 0; first < batch_heads; first += kMaxGridY) {
     ForwardParams chunk = params;
     chunk.bh_offset = first;
     const std::int64_t heads = std::min(kMaxGridY, batch_heads - first);
-    chunk.heads_per_group =
-        FLASHPP_BLOCK_ORDER ? heads_per_group(params.mask.active(), m_blocks, heads, slots) : 1;
+    chunk.heads_per_group = ordered ? heads_per_group(true, m_blocks, heads, slots) : 1;
     const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(heads));
     kernel<<<grid, Traits::kThreads, kSmem, stream>>>(chunk);
     check_launch("forward kernel launch");
