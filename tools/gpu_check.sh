@@ -7,7 +7,7 @@
 #   tools/gpu_check.sh [--quick] [--fwd-only] [--no-tests] [--no-sanitizer] [--no-bench]
 #                      [--archs "80;90a"] [--filter GTEST_FILTER] [--bench-args "..."]
 #                      [--variants "1 2 3"] [--variant NAME "NVCC FLAGS"]... [--variant-args "..."]
-#                      [--deadline SECONDS]
+#                      [--baseline DIR] [--deadline SECONDS]
 #
 # --deadline: skip the remaining stages (sanitizer, benchmark, variants) once this many seconds
 # have passed since the start, so that a time-limited call still ends with its summary.
@@ -19,7 +19,9 @@
 # (default "--quick --peers none --dtypes fp16"; e.g. "--bwd-only --dims 64 --peers flash"), after
 # the main benchmark, so the tables of every variant come from the same session. With --ab the
 # variants are built first and timed inside the main benchmark instead (gpu_compare.py --alt:
-# interleaved with ours in one process, the fairest A/B). The build targets the GPU present
+# interleaved with ours in one process, the fairest A/B). --baseline DIR (implies --ab) also
+# builds the source tree at DIR (e.g. a `git worktree` of the last commit, carried to the
+# machine) and times it as column `base`: the A/B of uncommitted changes that have no knob. The build targets the GPU present
 # (compute capability read from nvidia-smi, e.g. 90a on an H100) unless --archs says otherwise.
 # GoogleTest is taken from ./.gtest when the machine has none installed (copy /usr/src/googletest
 # there once and carry it).
@@ -27,7 +29,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 QUICK="" FWD_ONLY="" RUN_TESTS=1 RUN_SAN=1 RUN_BENCH=1 ARCHS="" FILTER="*" BENCH_ARGS="" VARIANTS="" DEADLINE=1000000
-NAMED_VARIANTS=() VARIANT_FLAGS=() VARIANT_ARGS="--quick --peers none --dtypes fp16" AB=0
+NAMED_VARIANTS=() VARIANT_FLAGS=() VARIANT_ARGS="--quick --peers none --dtypes fp16" AB=0 BASELINE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=--quick ;;
@@ -42,6 +44,7 @@ while [ $# -gt 0 ]; do
     --variant) NAMED_VARIANTS+=("$2"); VARIANT_FLAGS+=("$3"); shift 2 ;;
     --variant-args) VARIANT_ARGS="$2"; shift ;;
     --ab) AB=1 ;;
+    --baseline) BASELINE="$2"; AB=1; shift ;;
     --deadline) DEADLINE="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -79,11 +82,11 @@ GTEST_ARG=()
 echo "== configure + build (archs $ARCHS) =="
 t0=$(date +%s)
 if cmake -S . -B "$BUILD" -G Ninja -DFLASHPP_CUDA=ON -DFLASHPP_CUDA_ARCHS="$ARCHS" \
-      -DFLASHPP_BUILD_TOOLS=OFF "${GTEST_ARG[@]}" >"$OUT/configure.log" 2>&1 &&
+      -DFLASHPP_BUILD_TOOLS=OFF -DFLASHPP_BUILD_TESTS=ON "${GTEST_ARG[@]}" >"$OUT/configure.log" 2>&1 &&
    ninja -C "$BUILD" -j"$(nproc)" flashpp flashpp_shared flashpp_gpu_tests >"$OUT/build.log" 2>&1; then
   SUMMARY+=("build: ok ($(( $(date +%s) - t0 )) s, archs $ARCHS)")
 else
-  tail -40 "$OUT/configure.log" "$OUT/build.log"
+  tail -n 40 "$OUT/configure.log" "$OUT/build.log"
   echo "BUILD FAILED (logs in $OUT)"
   exit 1
 fi
@@ -111,19 +114,30 @@ if [ "$RUN_SAN" = 1 ]; then
       SUMMARY+=("sanitizer $tool: clean ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1))")
     else
       status=1
-      tail -30 "$OUT/sanitizer_$tool.log"
+      tail -n 30 "$OUT/sanitizer_$tool.log"
       SUMMARY+=("sanitizer $tool: FAILED (see $OUT/sanitizer_$tool.log)")
     fi
   done
 fi
 
-# build_variant NAME FLAGS: configure and build the library with FLAGS added (into $BUILD-NAME).
+# build_variant NAME FLAGS [SOURCE_DIR]: configure and build the library with FLAGS added (into
+# $BUILD-NAME), from this tree or SOURCE_DIR.
 build_variant() {
-  cmake -S . -B "$BUILD-$1" -G Ninja -DFLASHPP_CUDA=ON -DFLASHPP_CUDA_ARCHS="$ARCHS" \
+  cmake -S "${3:-.}" -B "$BUILD-$1" -G Ninja -DFLASHPP_CUDA=ON -DFLASHPP_CUDA_ARCHS="$ARCHS" \
     -DFLASHPP_BUILD_TOOLS=OFF -DFLASHPP_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="$2" \
     >"$OUT/configure_$1.log" 2>&1 && ninja -C "$BUILD-$1" -j"$(nproc)" flashpp_shared >"$OUT/build_$1.log" 2>&1
 }
 ALT_ARGS=()
+if [ -n "$BASELINE" ]; then
+  echo "== baseline tree $BASELINE: build for the A/B benchmark =="
+  if build_variant base "" "$BASELINE"; then
+    ALT_ARGS+=(--alt "base=$BUILD-base/libflashpp.so")
+    SUMMARY+=("baseline $BASELINE: built, timed in the main benchmark as 'base'")
+  else
+    tail -n 20 "$OUT/build_base.log"
+    SUMMARY+=("baseline $BASELINE: BUILD FAILED")
+  fi
+fi
 if [ "$AB" = 1 ]; then
   for idx in "${!NAMED_VARIANTS[@]}"; do
     name="${NAMED_VARIANTS[$idx]}"
@@ -132,7 +146,7 @@ if [ "$AB" = 1 ]; then
       ALT_ARGS+=(--alt "$name=$BUILD-$name/libflashpp.so")
       SUMMARY+=("variant $name: built, timed in the main benchmark")
     else
-      tail -20 "$OUT/build_$name.log"
+      tail -n 20 "$OUT/build_$name.log"
       SUMMARY+=("variant $name: BUILD FAILED")
     fi
   done
@@ -146,7 +160,7 @@ if [ "$RUN_BENCH" = 1 ] && time_left "benchmark"; then
     SUMMARY+=("benchmark: ok")
   else
     status=1
-    tail -30 "$OUT/bench_stdout.log"
+    tail -n 30 "$OUT/bench_stdout.log"
     SUMMARY+=("benchmark: FAILED (see $OUT/bench_stdout.log)")
   fi
 fi
@@ -162,7 +176,7 @@ for v in $VARIANTS; do
         --fwd-only --quick --peers none --dtypes fp16 >>"$OUT/bench_variants.log" 2>&1; then
     SUMMARY+=("variant $v: ok")
   else
-    tail -20 "$OUT/build_v$v.log" "$OUT/bench_variants.log" 2>/dev/null
+    tail -n 20 "$OUT/build_v$v.log" "$OUT/bench_variants.log" 2>/dev/null
     SUMMARY+=("variant $v: FAILED")
   fi
 done
@@ -178,7 +192,7 @@ for idx in "${!NAMED_VARIANTS[@]}"; do
         $VARIANT_ARGS >>"$OUT/bench_variants.log" 2>&1; then
     SUMMARY+=("variant $name: ok")
   else
-    tail -20 "$OUT/build_$name.log" "$OUT/bench_variants.log" 2>/dev/null
+    tail -n 20 "$OUT/build_$name.log" "$OUT/bench_variants.log" 2>/dev/null
     SUMMARY+=("variant $name: FAILED")
   fi
 done

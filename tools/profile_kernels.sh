@@ -3,9 +3,11 @@
 # builds libflashpp.so (with all cores), then for each case runs one forward or backward under
 # ncu (full set + SASS-level source counters) and writes, to $OUT (or ./profile-out):
 #   <case>.txt       the details page (throughput, occupancy, stall reasons)
-#   <case>_sass.csv  per-SASS-instruction samples (stall reasons, executed instructions)
+#   <case>_sass.csv  per-SASS-instruction samples (stall reasons, executed instructions);
+#                    tools/sass_summary.py prints its stall reasons, opcode mix and hot spots
 #
-#   tools/profile_kernels.sh [CASE ...]     CASE = pass:dtype:D:N:causal, e.g. bwd:fp16:64:4096:0
+#   tools/profile_kernels.sh [CASE ...]     CASE = pass:dtype:D:N:causal[:impl], e.g. bwd:fp16:64:4096:0
+#                                           impl: ours (default) or flash (torch SDPA's FA2 kernel)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/profile-out}"
@@ -15,14 +17,19 @@ CASES=("$@")
 [ ${#CASES[@]} -eq 0 ] && CASES=(bwd:fp16:64:4096:0 bwd:fp16:128:4096:0 fwd:fp16:128:4096:0)
 cmake -S . -B "$BUILD" -G Ninja -DFLASHPP_CUDA=ON -DFLASHPP_CUDA_ARCHS=90a -DFLASHPP_BUILD_TOOLS=OFF \
   -DFLASHPP_BUILD_TESTS=OFF >"$OUT/configure.log" 2>&1 &&
-  ninja -C "$BUILD" -j"$(nproc)" flashpp_shared >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+  ninja -C "$BUILD" -j"$(nproc)" flashpp_shared >"$OUT/build.log" 2>&1 || { tail -n 30 "$OUT/build.log"; exit 1; }
 for c in "${CASES[@]}"; do
-  IFS=: read -r pass dtype d n causal <<<"$c"
-  name="${pass}_${dtype}_d${d}_n${n}_c${causal}"
-  kernel=$([ "$pass" = fwd ] && echo "regex:fwd" || echo "regex:bwd_main")
+  IFS=: read -r pass dtype d n causal impl <<<"$c"
+  impl="${impl:-ours}"
+  name="${pass}_${dtype}_d${d}_n${n}_c${causal}$([ "$impl" = ours ] || echo "_$impl")"
+  if [ "$impl" = flash ]; then
+    kernel=$([ "$pass" = fwd ] && echo "regex:flash_fwd" || echo "regex:flash_bwd_dq_dk_dv")
+  else
+    kernel=$([ "$pass" = fwd ] && echo "regex:fwd" || echo "regex:bwd_main")
+  fi
   ncu --set full --import-source yes -k "$kernel" -c 1 -f -o "$OUT/$name" \
     python3 tools/run_once.py --lib "$BUILD/libflashpp.so" --pass "$pass" --dtype "$dtype" \
-    --dim "$d" --seqlen "$n" --causal "$causal" >"$OUT/${name}_ncu.log" 2>&1 || { tail -5 "$OUT/${name}_ncu.log"; continue; }
+    --dim "$d" --seqlen "$n" --causal "$causal" --impl "$impl" >"$OUT/${name}_ncu.log" 2>&1 || { tail -n 5 "$OUT/${name}_ncu.log"; continue; }
   ncu --import "$OUT/$name.ncu-rep" --page details >"$OUT/$name.txt" 2>&1
   ncu --import "$OUT/$name.ncu-rep" --page source --csv --print-source sass >"$OUT/${name}_sass.csv" 2>&1
   rm -f "$OUT/$name.ncu-rep"

@@ -20,7 +20,7 @@ echo "== install (FLASHPP_CUDA=ON, archs $archs)"
 if ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install --no-build-isolation --no-deps \
     -v -C cmake.define.FLASHPP_CUDA=ON -C cmake.define.FLASHPP_CUDA_ARCHS="$archs" . \
     > "$out/install.log" 2>&1; then
-  tail -60 "$out/install.log"
+  tail -n 60 "$out/install.log"
   echo "python gpu check: install FAILED"
   exit 1
 fi
@@ -58,7 +58,7 @@ sed -n '/^step  sdpa/,/^last/p' "$out/pytest.log"  # the tiny-GPT loss curves
 if [ "$bench_rc" -eq 0 ]; then
   sed -n '/^wrote/,$p' "$out/bench.log"
 elif [ -s "$out/bench.csv" ]; then  # cut off: the rows measured so far
-  tail -3 "$out/bench.progress"
+  tail -n 3 "$out/bench.progress"
   cut -d, -f1,2,5,6,7,10,11,14 "$out/bench.csv" | column -s, -t
 fi
 exit $(( test_rc != 0 || bench_rc != 0 ))
