@@ -55,7 +55,9 @@ fi
 echo "== summary ($(( $(date +%s) - start )) s)"
 grep -E "^(FAILED|ERROR)|Fatal Python error|^  File .*flashpp" "$out/pytest.log" | head -30
 sed -n '/^step  sdpa/,/^last/p' "$out/pytest.log"  # the tiny-GPT loss curves
-if [ "$bench_rc" -eq 0 ]; then
+if [ "${BENCH:-quick}" = "none" ]; then
+  :  # no benchmark asked for
+elif [ "$bench_rc" -eq 0 ]; then
   sed -n '/^wrote/,$p' "$out/bench.log"
 elif [ -s "$out/bench.csv" ]; then  # cut off: the rows measured so far
   tail -n 3 "$out/bench.progress"

@@ -1,5 +1,6 @@
-// Preprocess (delta, lse in log2 units) and postprocess (dQ accumulator -> dq) of the backward.
-// Both are memory-bound and read each element once, coalesced.
+// Preprocess (delta, lse in log2 units, the dQ accumulator zeroed) and postprocess (dQ
+// accumulator -> dq) of the backward. Both are memory-bound and touch each element once,
+// coalesced, with several loads in flight per thread.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -26,36 +27,68 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&out)[8]) {
 
 constexpr int kPrepThreads = 256;
 constexpr int kRowsPerPrepBlock = kPrepThreads / 4;  // a quad of lanes per row
+static_assert(kRowPadding % kRowsPerPrepBlock == 0, "a block's rows belong to one (batch, head)");
 
-template <typename Element>
+// One block per kRowsPerPrepBlock rows of one (batch, head). It also zeroes those rows of the dQ
+// accumulator (when there is one): 16-row bands of it are contiguous (dq_accum.cuh), so that is
+// one coalesced run of kRowsPerPrepBlock * accum_width floats, and the pass replaces a memset.
+// kLoads: 16-byte loads per lane and tensor, accum_width / 32 (the kernel head dim / 32; the
+// true head dim may be smaller, the loads past it are skipped).
+template <typename Element, int kLoads>
 __global__ void __launch_bounds__(kPrepThreads) bwd_preprocess_kernel(const BackwardParams p) {
-  const std::int64_t row_index = static_cast<std::int64_t>(blockIdx.x) * kRowsPerPrepBlock +
-                                 threadIdx.x / 4;  // over [B*Hq, rows_padded]
-  const int lane_in_row = threadIdx.x % 4;
-  const std::int64_t rows_total = p.batch * p.q_heads * p.rows_padded;
-  // Every lane of a quad stays in the loop (quad_sum shuffles need all of them).
-  const bool in_range = row_index < rows_total;
-  const std::int64_t bh = in_range ? row_index / p.rows_padded : 0;
-  const std::int64_t i = in_range ? row_index % p.rows_padded : 0;
-  const std::int64_t b = bh / p.q_heads, h = bh % p.q_heads;
-  const bool real_row = in_range && i < p.q_len;
+  // 32-bit block arithmetic: the grid has fewer than 2^31 blocks (backward_unsupported_reason).
+  const auto blocks_per_head = static_cast<std::uint32_t>(p.rows_padded / kRowsPerPrepBlock);
+  const std::uint32_t bh = blockIdx.x / blocks_per_head;
+  const auto q_heads = static_cast<std::uint32_t>(p.q_heads);
+  const std::uint32_t b = bh / q_heads, h = bh - b * q_heads;
+  const std::int64_t first_row = static_cast<std::int64_t>(bh) * p.rows_padded +
+                                 static_cast<std::int64_t>(blockIdx.x - bh * blocks_per_head) *
+                                     kRowsPerPrepBlock;  // in the [B*Hq, rows_padded] space
 
-  float sum = 0.0f;
+  const std::int64_t row_index = first_row + threadIdx.x / 4;
+  const std::int64_t i = row_index - static_cast<std::int64_t>(bh) * p.rows_padded;
+  const int lane_in_row = threadIdx.x % 4;
+  const bool real_row = i < p.q_len;
+
+  // Every load of the row is issued before the first multiply (unrolled over the kernel head
+  // dim, predicated on the true one), so each thread has all of its bytes in flight at once.
+  uint4 o_raw[kLoads], do_raw[kLoads];
   if (real_row) {
     const auto* o = static_cast<const Element*>(p.o) + b * p.o_strides.batch +
                     i * p.o_strides.row + h * p.o_strides.head;
     const auto* dout = static_cast<const Element*>(p.dout) + b * p.dout_strides.batch +
                        i * p.dout_strides.row + h * p.dout_strides.head;
-    for (int d = 8 * lane_in_row; d < p.head_dim; d += 32) {
-      float fo[8], fdo[8];
-      unpack8<Element>(*reinterpret_cast<const uint4*>(o + d), fo);
-      unpack8<Element>(*reinterpret_cast<const uint4*>(dout + d), fdo);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) sum += fo[e] * fdo[e];
+    for (int k = 0; k < kLoads; ++k) {
+      const int d = 8 * lane_in_row + 32 * k;
+      if (d < p.head_dim) {
+        o_raw[k] = *reinterpret_cast<const uint4*>(o + d);
+        do_raw[k] = *reinterpret_cast<const uint4*>(dout + d);
+      }
     }
   }
-  sum = quad_sum(sum);
-  if (!in_range || lane_in_row != 0) return;
+  // The zeros go out while the loads are in flight (after them in program order: the compiler
+  // cannot move loads above stores that might alias).
+  if (p.dq_accum != nullptr) {
+    auto* zero = reinterpret_cast<float4*>(p.dq_accum + first_row * p.accum_width);
+    const int vectors = kRowsPerPrepBlock * p.accum_width / 4;
+    for (int k = threadIdx.x; k < vectors; k += kPrepThreads) zero[k] = make_float4(0, 0, 0, 0);
+  }
+  float sum = 0.0f;
+  if (real_row) {
+#pragma unroll
+    for (int k = 0; k < kLoads; ++k) {
+      if (8 * lane_in_row + 32 * k < p.head_dim) {
+        float fo[8], fdo[8];
+        unpack8<Element>(o_raw[k], fo);
+        unpack8<Element>(do_raw[k], fdo);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sum += fo[e] * fdo[e];
+      }
+    }
+  }
+  sum = quad_sum(sum);  // every lane of the quad takes part
+  if (lane_in_row != 0) return;
   p.delta[row_index] = real_row ? sum : 0.0f;
   float lse_log2 = INFINITY;
   if (real_row) {
@@ -68,44 +101,71 @@ __global__ void __launch_bounds__(kPrepThreads) bwd_preprocess_kernel(const Back
 }
 
 constexpr int kPostThreads = 256;
+constexpr int kPostWarps = kPostThreads / 32;
 
-// One block per 16-row band of one (batch, head): its 16x8 fragment-ordered blocks (dq_accum.cuh)
+// One block per band of rows of one (batch, head): its 16x8 fragment-ordered blocks (dq_accum.cuh)
 // are read whole by one warp each (coalesced), placed row-major in shared memory, and leave as
-// 16-byte rows of the storage dtype.
-constexpr int kBandRows = 16;
-constexpr int kMaxAccumWidth = 256;
+// 16-byte rows of the storage dtype. Bands are 64 rows where they fit in 48 KB of shared memory
+// (accumulator width <= 128), so that each thread has several loads in flight; else 16.
+__host__ __device__ constexpr int post_band_rows(int accum_width) {
+  return accum_width <= 128 ? 64 : 16;
+}
+constexpr int kMaxFragmentsPerWarp = 8;  // 64 x 128 or 16 x 256 floats: 64 or 32 16x8 blocks
+__host__ __device__ constexpr int post_pitch(int accum_width) {
+  return accum_width + 4;  // rows start on other banks
+}
 
 template <typename Element>
 __global__ void __launch_bounds__(kPostThreads) bwd_postprocess_kernel(const BackwardParams p) {
-  __shared__ float band[kBandRows][kMaxAccumWidth + 4];  // +4: rows start on other banks
-  const std::int64_t bands_per_head = (p.q_len + kBandRows - 1) / kBandRows;
-  const std::int64_t bh = blockIdx.x / bands_per_head;
-  const std::int64_t band_index = blockIdx.x % bands_per_head;
+  extern __shared__ float band[];  // [band_rows][post_pitch(accum_width)]
+  const int band_rows = post_band_rows(p.accum_width);
+  const int pitch = post_pitch(p.accum_width);
+  // 32-bit block arithmetic: the grid has fewer than 2^31 blocks (backward_unsupported_reason).
+  const auto bands_per_head = static_cast<std::uint32_t>((p.q_len + band_rows - 1) / band_rows);
+  const std::uint32_t bh = blockIdx.x / bands_per_head;
+  const std::uint32_t band_index = blockIdx.x - bh * bands_per_head;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int col_blocks = static_cast<int>(p.head_dim / 8);  // head_dim: a multiple of 8
-  for (int cb = warp; cb < col_blocks; cb += kPostThreads / 32) {
-    const float* block = dq_accum_block(p, bh, band_index, cb, p.accum_width);
-    float c[4];
-    if constexpr (kDqAccumVector == 4) {  // the lane's four values are one 16-byte vector
-      const float4 v = *reinterpret_cast<const float4*>(block + 4 * lane);
-      c[0] = v.x, c[1] = v.y, c[2] = v.z, c[3] = v.w;
-    } else {
+  const int fragments = band_rows / 16 * col_blocks;
+  const std::int64_t first_row_block = static_cast<std::int64_t>(band_index) * (band_rows / 16);
+
+  // All of the warp's loads first, then the shared-memory stores.
+  float c[kMaxFragmentsPerWarp][4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) c[e] = block[dq_accum_slot(lane, e)];
+  for (int k = 0; k < kMaxFragmentsPerWarp; ++k) {
+    const int f = warp + kPostWarps * k;
+    if (f < fragments) {
+      const float* block =
+          dq_accum_block(p, bh, first_row_block + f / col_blocks, f % col_blocks, p.accum_width);
+      if constexpr (kDqAccumVector == 4) {  // the lane's four values are one 16-byte vector
+        const float4 v = *reinterpret_cast<const float4*>(block + 4 * lane);
+        c[k][0] = v.x, c[k][1] = v.y, c[k][2] = v.z, c[k][3] = v.w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) c[k][e] = block[dq_accum_slot(lane, e)];
+      }
     }
-    band[g][8 * cb + 2 * t] = c[0];
-    band[g][8 * cb + 2 * t + 1] = c[1];
-    band[g + 8][8 * cb + 2 * t] = c[2];
-    band[g + 8][8 * cb + 2 * t + 1] = c[3];
+  }
+#pragma unroll
+  for (int k = 0; k < kMaxFragmentsPerWarp; ++k) {
+    const int f = warp + kPostWarps * k;
+    if (f < fragments) {
+      const int row = 16 * (f / col_blocks) + g, col = 8 * (f % col_blocks) + 2 * t;
+      band[row * pitch + col] = c[k][0];
+      band[row * pitch + col + 1] = c[k][1];
+      band[(row + 8) * pitch + col] = c[k][2];
+      band[(row + 8) * pitch + col + 1] = c[k][3];
+    }
   }
   __syncthreads();
-  const std::int64_t b = bh / p.q_heads, h = bh % p.q_heads;
-  for (int chunk = threadIdx.x; chunk < kBandRows * col_blocks; chunk += kPostThreads) {
+  const std::uint32_t b = bh / static_cast<std::uint32_t>(p.q_heads);
+  const std::uint32_t h = bh - b * static_cast<std::uint32_t>(p.q_heads);
+  for (int chunk = threadIdx.x; chunk < band_rows * col_blocks; chunk += kPostThreads) {
     const int r = chunk / col_blocks, d = (chunk % col_blocks) * 8;
-    const std::int64_t i = band_index * kBandRows + r;
+    const std::int64_t i = static_cast<std::int64_t>(band_index) * band_rows + r;
     if (i >= p.q_len) continue;
-    const float* v = &band[r][d];
+    const float* v = &band[r * pitch + d];
     uint4 out;
     out.x = pack_pair<Element>(v[0] * p.scale, v[1] * p.scale);
     out.y = pack_pair<Element>(v[2] * p.scale, v[3] * p.scale);
@@ -127,8 +187,17 @@ template <typename Element>
 void launch_preprocess(const BackwardParams& p, cudaStream_t stream) {
   const std::int64_t rows = p.batch * p.q_heads * p.rows_padded;
   if (rows == 0) return;
-  bwd_preprocess_kernel<Element>
-      <<<static_cast<unsigned>(blocks_for(rows, kRowsPerPrepBlock)), kPrepThreads, 0, stream>>>(p);
+  auto* kernel = &bwd_preprocess_kernel<Element, 8>;
+  switch (p.accum_width) {  // the kernel head dim (config.hpp)
+    case 32: kernel = &bwd_preprocess_kernel<Element, 1>; break;
+    case 64: kernel = &bwd_preprocess_kernel<Element, 2>; break;
+    case 96: kernel = &bwd_preprocess_kernel<Element, 3>; break;
+    case 128: kernel = &bwd_preprocess_kernel<Element, 4>; break;
+    case 192: kernel = &bwd_preprocess_kernel<Element, 6>; break;
+    default: break;  // 256
+  }
+  kernel<<<static_cast<unsigned>(blocks_for(rows, kRowsPerPrepBlock)), kPrepThreads, 0, stream>>>(
+      p);
   check_launch("backward preprocess kernel launch");
 }
 
@@ -136,9 +205,14 @@ template <typename Element>
 void launch_postprocess(const BackwardParams& p, cudaStream_t stream) {
   const std::int64_t chunks = p.batch * p.q_heads * p.q_len * (p.head_dim / 8);
   if (chunks == 0) return;
-  const std::int64_t blocks = p.batch * p.q_heads * ((p.q_len + kBandRows - 1) / kBandRows);
+  const int band_rows = post_band_rows(p.accum_width);
+  static_assert(kMaxFragmentsPerWarp * kPostWarps >= 64 / 16 * 128 / 8 &&
+                    kMaxFragmentsPerWarp * kPostWarps >= 16 / 16 * 256 / 8,
+                "every 16x8 block of a band has a warp slot");
+  const std::int64_t blocks = p.batch * p.q_heads * ((p.q_len + band_rows - 1) / band_rows);
+  const std::size_t smem = sizeof(float) * band_rows * post_pitch(p.accum_width);  // <= 48 KB
   bwd_postprocess_kernel<Element>
-      <<<static_cast<unsigned>(blocks), kPostThreads, 0, stream>>>(p);
+      <<<static_cast<unsigned>(blocks), kPostThreads, smem, stream>>>(p);
   check_launch("backward postprocess kernel launch");
 }
 

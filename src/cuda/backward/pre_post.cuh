@@ -1,7 +1,8 @@
 // The backward's two light passes around the main kernel (declarations; pre_post.cu defines
 // them for fp16 and bf16).
 //   preprocess:  delta_i = rowsum(dO_i * O_i) in float32, and lse_i * log2(e) (+inf for rows that
-//                see no key and for padding rows), both laid out [B*Hq, rows_padded]
+//                see no key and for padding rows), both laid out [B*Hq, rows_padded]; and the
+//                float32 dQ accumulator set to zero (non-deterministic mode)
 //   postprocess: dq = scale * dq_accum, converted to the storage dtype
 #pragma once
 

@@ -90,33 +90,27 @@ BackwardParams make_params(const detail::BackwardArgs& a) {
 }
 
 template <typename Element, int kHeadDim>
-void run_kernels(const BackwardParams& p, bool deterministic, std::size_t accum_bytes,
-                 cudaStream_t stream) {
+void run_kernels(const BackwardParams& p, bool deterministic, cudaStream_t stream) {
   bwd::launch_preprocess<Element>(p, stream);
   if (deterministic) {
     bwd::launch_main<Element, kHeadDim>(p, /*accumulate_dq=*/false, stream);
     bwd::launch_dq<Element, kHeadDim>(p, stream);
     return;
   }
-  // The accumulator must start at zero; a memset runs at full bandwidth and keeps the
-  // preprocess kernel to one job.
-  if (accum_bytes > 0) {
-    check_cuda(cudaMemsetAsync(p.dq_accum, 0, accum_bytes, stream), "dQ accumulator memset");
-  }
+  // The dQ accumulator was zeroed by the preprocess (one pass instead of a separate memset).
   bwd::launch_main<Element, kHeadDim>(p, /*accumulate_dq=*/true, stream);
   bwd::launch_postprocess<Element>(p, stream);
 }
 
 template <typename Element>
-void dispatch_head_dim(const BackwardParams& p, bool deterministic, std::size_t accum_bytes,
-                       cudaStream_t stream) {
+void dispatch_head_dim(const BackwardParams& p, bool deterministic, cudaStream_t stream) {
   switch (bwd::kernel_head_dim(p.head_dim)) {
-    case 32: return run_kernels<Element, 32>(p, deterministic, accum_bytes, stream);
-    case 64: return run_kernels<Element, 64>(p, deterministic, accum_bytes, stream);
-    case 96: return run_kernels<Element, 96>(p, deterministic, accum_bytes, stream);
-    case 128: return run_kernels<Element, 128>(p, deterministic, accum_bytes, stream);
-    case 192: return run_kernels<Element, 192>(p, deterministic, accum_bytes, stream);
-    case 256: return run_kernels<Element, 256>(p, deterministic, accum_bytes, stream);
+    case 32: return run_kernels<Element, 32>(p, deterministic, stream);
+    case 64: return run_kernels<Element, 64>(p, deterministic, stream);
+    case 96: return run_kernels<Element, 96>(p, deterministic, stream);
+    case 128: return run_kernels<Element, 128>(p, deterministic, stream);
+    case 192: return run_kernels<Element, 192>(p, deterministic, stream);
+    case 256: return run_kernels<Element, 256>(p, deterministic, stream);
     default:
       throw Error(ErrorCode::internal,
                   "flashpp::backward: no CUDA kernel for head dim " + std::to_string(p.head_dim));
@@ -168,13 +162,11 @@ void run_backward(const detail::BackwardArgs& args) {
                 "flashpp::backward: workspace: the CUDA backward needs 16-byte aligned scratch");
   }
   const BackwardParams p = make_params(args);
-  const bwd::WorkspaceLayout w = bwd::workspace_layout(pr.B, pr.Hq, pr.Nq, pr.D, args.deterministic);
-  const std::size_t accum_bytes = w.total_bytes - w.dq_accum_offset;
   const auto stream = static_cast<cudaStream_t>(args.stream);
   if (pr.dtype == DType::f16) {
-    dispatch_head_dim<__half>(p, args.deterministic, accum_bytes, stream);
+    dispatch_head_dim<__half>(p, args.deterministic, stream);
   } else {
-    dispatch_head_dim<__nv_bfloat16>(p, args.deterministic, accum_bytes, stream);
+    dispatch_head_dim<__nv_bfloat16>(p, args.deterministic, stream);
   }
 }
 
