@@ -6,8 +6,10 @@
 #   <case>_sass.csv  per-SASS-instruction samples (stall reasons, executed instructions);
 #                    tools/sass_summary.py prints its stall reasons, opcode mix and hot spots
 #
-#   tools/profile_kernels.sh [CASE ...]     CASE = pass:dtype:D:N:causal[:impl], e.g. bwd:fp16:64:4096:0
+#   tools/profile_kernels.sh [CASE ...]     CASE = pass:dtype:D:N:causal[:impl[:kernel]],
+#                                           e.g. bwd:fp16:64:4096:0 or bwd:fp16:64:4096:0:ours:postprocess
 #                                           impl: ours (default) or flash (torch SDPA's FA2 kernel)
+#                                           kernel: a name regex instead of the pass's main kernel
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/profile-out}"
@@ -19,14 +21,15 @@ cmake -S . -B "$BUILD" -G Ninja -DFLASHPP_CUDA=ON -DFLASHPP_CUDA_ARCHS=90a -DFLA
   -DFLASHPP_BUILD_TESTS=OFF >"$OUT/configure.log" 2>&1 &&
   ninja -C "$BUILD" -j"$(nproc)" flashpp_shared >"$OUT/build.log" 2>&1 || { tail -n 30 "$OUT/build.log"; exit 1; }
 for c in "${CASES[@]}"; do
-  IFS=: read -r pass dtype d n causal impl <<<"$c"
+  IFS=: read -r pass dtype d n causal impl only <<<"$c"
   impl="${impl:-ours}"
-  name="${pass}_${dtype}_d${d}_n${n}_c${causal}$([ "$impl" = ours ] || echo "_$impl")"
+  name="${pass}_${dtype}_d${d}_n${n}_c${causal}$([ "$impl" = ours ] || echo "_$impl")${only:+_$only}"
   if [ "$impl" = flash ]; then
     kernel=$([ "$pass" = fwd ] && echo "regex:flash_fwd" || echo "regex:flash_bwd_dq_dk_dv")
   else
     kernel=$([ "$pass" = fwd ] && echo "regex:fwd" || echo "regex:bwd_main")
   fi
+  [ -n "${only:-}" ] && kernel="regex:$only"
   ncu --set full --import-source yes -k "$kernel" -c 1 -f -o "$OUT/$name" \
     python3 tools/run_once.py --lib "$BUILD/libflashpp.so" --pass "$pass" --dtype "$dtype" \
     --dim "$d" --seqlen "$n" --causal "$causal" --impl "$impl" >"$OUT/${name}_ncu.log" 2>&1 || { tail -n 5 "$OUT/${name}_ncu.log"; continue; }
