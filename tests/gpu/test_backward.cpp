@@ -243,8 +243,22 @@ TEST(CudaBackward, SmallShapesEveryPath) {
       c.options.window_left = 30;
       c.options.window_right = 5;
       check_case(c);
+      // Unmasked: few units, so the main kernel splits each over several blocks (tail_split.hpp)
+      // unless deterministic.
+      c = make_case({1, 200, 300, 2, 1, D}, DType::f16, Layout::bnhd, ++seed);
+      c.options.deterministic = deterministic;
+      c.options.dropout_p = 0.1f;
+      check_case(c);
     }
   }
+}
+
+// A grid of one wave and a few units on a GPU of 100-136 SMs: the main kernel runs whole units
+// and split units (tail_split.hpp) in one launch. Units: 136 key tiles of 128 keys (the last one
+// partial); each walks 1 query tile x 2 query heads. (~15 s, most of it the float64 oracle.)
+TEST(CudaBackward, SplitLastWave) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  check_case(make_case({1, 100, 136 * 128 - 5, 2, 1, 64}, DType::f16, Layout::bnhd, 1200));
 }
 
 TEST(CudaBackward, EveryHeadDimBothDtypesBothLayouts) {

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tail_split.hpp"
+
 namespace flashpp::cuda::bwd {
 
 // The head dims that have kernel instantiations; any other multiple of 8 up to 256 runs on the
@@ -32,11 +34,13 @@ constexpr int kernel_head_dim(std::int64_t d) {
 #ifndef FLASHPP_BWD_TILE_VARIANT
 #define FLASHPP_BWD_TILE_VARIANT 0
 #endif
+constexpr int main_key_rows(int kernel_head_dim) { return kernel_head_dim <= 128 ? 128 : 64; }
+
 template <int kHeadDim>
 struct MainTile {
   static constexpr bool kWide = (kHeadDim >= 64 && kHeadDim <= 128) ||
                                 (FLASHPP_BWD_TILE_VARIANT == 1 && kHeadDim == 32);
-  static constexpr int kKeyRows = kHeadDim <= 128 ? 128 : 64;
+  static constexpr int kKeyRows = main_key_rows(kHeadDim);
   // D=64 walks 128 queries per step (FlashAttention-2's 128x128 block): each warp's S^T is then
   // 32 keys x 64 queries, half the barriers per FLOP; measured +6..8% over 64-query steps.
   static constexpr int kQueryRows =
@@ -66,7 +70,9 @@ inline constexpr std::int64_t kRowPadding = 128;
 struct WorkspaceLayout {
   std::int64_t rows_padded = 0;
   int accum_width = 0;          // columns of dq_accum (the kernel head dim)
+  std::int64_t split_capacity = 0;  // units the split area holds (tail_split.hpp)
   std::size_t delta_offset = 0, lse_offset = 0, dq_accum_offset = 0;  // bytes
+  std::size_t split_offset = 0;  // split_capacity x (dV, dK) x key rows x accum_width floats
   std::size_t total_bytes = 0;
 };
 
@@ -74,10 +80,16 @@ constexpr std::size_t align_up(std::size_t bytes, std::size_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
 
-// delta and lse_log2 always; dq_accum only when dQ is accumulated with atomics (the
-// deterministic mode computes dQ in its own kernel and needs no accumulator).
+// Floats of one split unit's sums of dV and dK (split_unit.cuh).
+constexpr std::size_t split_unit_floats(int accum_width) {
+  return 2 * static_cast<std::size_t>(main_key_rows(accum_width)) * accum_width;
+}
+
+// delta and lse_log2 always; dq_accum and the split area only when dQ is accumulated with
+// atomics (the deterministic mode computes dQ in its own kernel and splits no unit).
 constexpr WorkspaceLayout workspace_layout(std::int64_t batch, std::int64_t q_heads,
-                                           std::int64_t q_len, std::int64_t head_dim,
+                                           std::int64_t q_len, std::int64_t kv_heads,
+                                           std::int64_t k_len, std::int64_t head_dim,
                                            bool deterministic) {
   WorkspaceLayout w;
   w.rows_padded = (q_len + kRowPadding - 1) / kRowPadding * kRowPadding;
@@ -86,8 +98,17 @@ constexpr WorkspaceLayout workspace_layout(std::int64_t batch, std::int64_t q_he
   w.delta_offset = 0;
   w.lse_offset = align_up(rows * sizeof(float), 256);
   w.dq_accum_offset = w.lse_offset + align_up(rows * sizeof(float), 256);
-  w.total_bytes = w.dq_accum_offset +
-                  (deterministic ? 0 : rows * static_cast<std::size_t>(w.accum_width) * sizeof(float));
+  if (deterministic) {
+    w.split_offset = w.total_bytes = w.dq_accum_offset;
+    return w;
+  }
+  const std::int64_t key_rows = main_key_rows(w.accum_width);
+  const std::int64_t units = (k_len + key_rows - 1) / key_rows * kv_heads * batch;
+  w.split_capacity = units < kMaxSplitUnits ? units : kMaxSplitUnits;
+  const auto capacity = static_cast<std::size_t>(w.split_capacity);
+  w.split_offset = w.dq_accum_offset +
+                   align_up(rows * static_cast<std::size_t>(w.accum_width) * sizeof(float), 256);
+  w.total_bytes = w.split_offset + capacity * split_unit_floats(w.accum_width) * sizeof(float);
   return w;
 }
 

@@ -9,8 +9,13 @@
 
 namespace flashpp::cuda::bwd {
 
-// bwd_main_kernel over every (key tile, kv head, batch); adds dQ into p.dq_accum when
-// accumulate_dq (non-deterministic mode).
+// p with the main kernel's launch choices filled in: block order (heads_per_group), bulk copies
+// (use_tma and the tensor maps) and the split of its last wave (split; none when deterministic).
+template <typename Element, int kHeadDim>
+BackwardParams prepare_main(const BackwardParams& p, bool deterministic);
+
+// bwd_main_kernel over every (key tile, kv head, batch) of a prepare_main'd p; adds dQ into
+// p.dq_accum when accumulate_dq (non-deterministic mode).
 template <typename Element, int kHeadDim>
 void launch_main(const BackwardParams& p, bool accumulate_dq, cudaStream_t stream);
 

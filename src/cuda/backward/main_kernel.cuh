@@ -21,6 +21,10 @@
 //
 // GQA: the block loops over the Hq/Hkv query heads of its kv head itself, so dK and dV sum over
 // the group in registers, in a fixed order, with no extra memory and no second reduction pass.
+//
+// Split last wave (tail_split.hpp, unmasked and non-deterministic only): the units of a small last
+// wave are walked by several blocks, each over a range of the steps; they add their dK, dV into
+// float32 sums (split_unit.cuh), which the postprocess writes out as dK, dV.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +39,8 @@
 #include "dq_accum.cuh"
 #include "params.hpp"
 #include "score_gradient.cuh"
+#include "split_unit.cuh"
+#include "tail_split.hpp"
 #include "tile_io.cuh"
 
 namespace flashpp::cuda::bwd {
@@ -192,8 +198,10 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   // Which (key tile, kv head, batch) this block owns: the key tiles of a (group of) head(s) are
   // neighbours in launch order, so they share the same Q/dO through L2; under a causal mask the
   // first key tiles (seen by the most queries) start first (common/block_order.cuh).
+  // A block walks a whole unit or, in a split last wave (tail_split.hpp), a range of its steps.
   const std::int64_t key_tiles = (p.k_len + kKeyRows - 1) / kKeyRows;
-  const BlockItem item = block_item(blockIdx.x, key_tiles, p.batch * p.kv_heads, p.heads_per_group);
+  const UnitPiece piece = unit_piece(p.split, blockIdx.x);
+  const BlockItem item = block_item(piece.unit, key_tiles, p.batch * p.kv_heads, p.heads_per_group);
   const std::int64_t key_tile = item.rank;
   const std::int64_t kv_head = item.head % p.kv_heads;
   const std::int64_t batch = item.head / p.kv_heads;
@@ -206,7 +214,8 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   const std::int64_t first_query_tile = rows.begin / kQueryRows;
   const std::int64_t query_tiles =
       rows.end > rows.begin ? (rows.end + kQueryRows - 1) / kQueryRows - first_query_tile : 0;
-  const std::int64_t steps = query_tiles * p.heads_per_kv;
+  const StepRange range = piece_steps(p.split, piece, query_tiles * p.heads_per_kv);
+  const std::int64_t steps = range.end - range.begin;
   // A step's (query head, first row); the walk advances it by one query tile, then one head.
   struct StepPosition {
     std::int64_t head, tile;
@@ -261,6 +270,10 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   // K_j and V_j once, together with the first query step. A tile no query sees (causal,
   // windows) loads nothing and only writes its zero dK, dV.
   StepPosition pos{kv_head * p.heads_per_kv, first_query_tile};
+  if (range.begin > 0) {  // query_tiles > 0 here
+    pos = StepPosition{pos.head + range.begin / query_tiles,
+                       first_query_tile + range.begin % query_tiles};
+  }
   if (steps > 0) {
     load_rows_async<KvTile, kThreads>(
         s_k, static_cast<const Element*>(p.k) + batch * p.k_strides.batch + kv_head * p.k_strides.head,
@@ -526,9 +539,14 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     }
   }
 
-  // ---- Epilogue: dV and scale * dK, written once.
+  // ---- Epilogue: dV and scale * dK, written once; a piece of a split unit adds them into the
+  // unit's float32 sums instead (split_unit.cuh; the postprocess writes those out). The piece is
+  // worked out again from blockIdx.x rather than kept live over the walk.
   auto* dk = static_cast<Element*>(p.dk) + batch * p.dk_strides.batch + kv_head * p.dk_strides.head;
   auto* dv = static_cast<Element*>(p.dv) + batch * p.dv_strides.batch + kv_head * p.dv_strides.head;
+  const bool split_piece = blockIdx.x >= p.split.whole_units;
+  float* dv_sum = split_piece ? split_unit_sums(p, unit_piece(p.split, blockIdx.x).split_index)
+                              : nullptr;
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
@@ -538,6 +556,13 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
       for (int half = 0; half < 2; ++half) {
         const std::int64_t j = j0 + key_row0 + 16 * mt + g + 8 * half;
         if (j >= p.k_len || col >= head_dim) continue;
+        if (split_piece) {
+          float* sum = dv_sum + (j - j0) * kHeadDim + col;
+          add_pair(sum, dv_acc[mt][n][2 * half], dv_acc[mt][n][2 * half + 1]);
+          add_pair(sum + kKeyRows * kHeadDim, dk_acc[mt][n][2 * half] * p.scale,
+                   dk_acc[mt][n][2 * half + 1] * p.scale);
+          continue;
+        }
         *reinterpret_cast<std::uint32_t*>(dv + j * p.dv_strides.row + col) =
             pack_pair<Element>(dv_acc[mt][n][2 * half], dv_acc[mt][n][2 * half + 1]);
         *reinterpret_cast<std::uint32_t*>(dk + j * p.dk_strides.row + col) = pack_pair<Element>(

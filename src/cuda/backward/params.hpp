@@ -8,6 +8,7 @@
 
 #include "../../common/mask.hpp"
 #include "../../common/philox.hpp"
+#include "tail_split.hpp"
 
 namespace flashpp::cuda::bwd {
 
@@ -52,6 +53,12 @@ struct BackwardParams {
   float* dq_accum = nullptr;
   std::int64_t rows_padded = 0;
   int accum_width = 0;
+  //   split partials [split_capacity][dV, dK][key rows][accum_width]: float32 sums of the main
+  //   kernel's split units (tail_split.hpp, split_unit.cuh); the preprocess zeroes those that
+  //   `split` cuts, the postprocess writes them out
+  float* split_partials = nullptr;
+  std::int64_t split_capacity = 0;
+  TailSplit split{};  // set by prepare_main (launch_impl.cuh); no split until then
 
   // Launch order of the main kernel's (key tile, kv head) items: common/block_order.cuh.
   std::int64_t heads_per_group = 1;

@@ -1,5 +1,5 @@
-// Preprocess (delta, lse in log2 units, the dQ accumulator zeroed) and postprocess (dQ
-// accumulator -> dq) of the backward. Both are memory-bound and touch each element once,
+// Preprocess (delta, lse in log2 units, the dQ accumulator and split sums zeroed) and postprocess
+// (dQ accumulator -> dq, split sums -> their units' dK, dV) of the backward. Both are memory-bound and touch each element once,
 // coalesced, with several loads in flight per thread.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -13,6 +13,7 @@
 #include "config.hpp"
 #include "dq_accum.cuh"
 #include "pre_post.cuh"
+#include "split_unit.cuh"
 
 namespace flashpp::cuda::bwd {
 namespace {
@@ -26,6 +27,20 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&out)[8]) {
 }
 
 constexpr int kPrepThreads = 256;
+
+// The float32 dV/dK sums of the main kernel's split units (tail_split.hpp, split_unit.cuh), spread
+// over the whole grid (the area is small: at most kMaxSplitUnits units, usually a few).
+__device__ __forceinline__ void zero_split_sums(const BackwardParams& p) {
+  if (p.split.split_units == 0) return;
+  const auto vectors = static_cast<std::uint32_t>(
+      p.split.split_units * static_cast<std::int64_t>(split_unit_floats(p.accum_width) / 4));
+  const std::uint32_t stride = gridDim.x * blockDim.x;
+  auto* sums = reinterpret_cast<float4*>(p.split_partials);
+  for (std::uint32_t k = blockIdx.x * blockDim.x + threadIdx.x; k < vectors; k += stride) {
+    sums[k] = make_float4(0, 0, 0, 0);
+  }
+}
+
 constexpr int kRowsPerPrepBlock = kPrepThreads / 4;  // a quad of lanes per row
 static_assert(kRowPadding % kRowsPerPrepBlock == 0, "a block's rows belong to one (batch, head)");
 
@@ -73,6 +88,7 @@ __global__ void __launch_bounds__(kPrepThreads) bwd_preprocess_kernel(const Back
     auto* zero = reinterpret_cast<float4*>(p.dq_accum + first_row * p.accum_width);
     const int vectors = kRowsPerPrepBlock * p.accum_width / 4;
     for (int k = threadIdx.x; k < vectors; k += kPrepThreads) zero[k] = make_float4(0, 0, 0, 0);
+    zero_split_sums(p);
   }
   float sum = 0.0f;
   if (real_row) {
@@ -122,6 +138,15 @@ __global__ void __launch_bounds__(kPostThreads) bwd_postprocess_kernel(const Bac
   const int pitch = post_pitch(p.accum_width);
   // 32-bit block arithmetic: the grid has fewer than 2^31 blocks (backward_unsupported_reason).
   const auto bands_per_head = static_cast<std::uint32_t>((p.q_len + band_rows - 1) / band_rows);
+  // The blocks after the dQ bands write out the main kernel's split units, 16 key rows each.
+  const auto dq_blocks = bands_per_head * static_cast<std::uint32_t>(p.batch * p.q_heads);
+  if (blockIdx.x >= dq_blocks) {
+    const std::uint32_t bands_per_unit = main_key_rows(p.accum_width) / 16;
+    const std::uint32_t k = blockIdx.x - dq_blocks;
+    write_split_rows<Element>(p, k / bands_per_unit, static_cast<int>(k % bands_per_unit),
+                              kPostThreads);
+    return;
+  }
   const std::uint32_t bh = blockIdx.x / bands_per_head;
   const std::uint32_t band_index = blockIdx.x - bh * bands_per_head;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -209,7 +234,8 @@ void launch_postprocess(const BackwardParams& p, cudaStream_t stream) {
   static_assert(kMaxFragmentsPerWarp * kPostWarps >= 64 / 16 * 128 / 8 &&
                     kMaxFragmentsPerWarp * kPostWarps >= 16 / 16 * 256 / 8,
                 "every 16x8 block of a band has a warp slot");
-  const std::int64_t blocks = p.batch * p.q_heads * ((p.q_len + band_rows - 1) / band_rows);
+  const std::int64_t blocks = p.batch * p.q_heads * ((p.q_len + band_rows - 1) / band_rows) +
+                              p.split.split_units * (main_key_rows(p.accum_width) / 16);
   const std::size_t smem = sizeof(float) * band_rows * post_pitch(p.accum_width);  // <= 48 KB
   bwd_postprocess_kernel<Element>
       <<<static_cast<unsigned>(blocks), kPostThreads, smem, stream>>>(p);

@@ -79,18 +79,25 @@ BackwardParams make_params(const detail::BackwardArgs& a) {
   p.dropout = pr.dropout;
 
   const bwd::WorkspaceLayout w =
-      bwd::workspace_layout(pr.B, pr.Hq, pr.Nq, pr.D, a.deterministic);
+      bwd::workspace_layout(pr.B, pr.Hq, pr.Nq, pr.Hkv, pr.Nk, pr.D, a.deterministic);
   auto* base = static_cast<unsigned char*>(a.workspace.data);
   p.delta = reinterpret_cast<float*>(base + w.delta_offset);
   p.lse_log2 = reinterpret_cast<float*>(base + w.lse_offset);
   p.dq_accum = a.deterministic ? nullptr : reinterpret_cast<float*>(base + w.dq_accum_offset);
   p.rows_padded = w.rows_padded;
   p.accum_width = w.accum_width;
+  if (!a.deterministic) {
+    p.split_partials = reinterpret_cast<float*>(base + w.split_offset);
+    p.split_capacity = w.split_capacity;
+  }
   return p;
 }
 
 template <typename Element, int kHeadDim>
-void run_kernels(const BackwardParams& p, bool deterministic, cudaStream_t stream) {
+void run_kernels(const BackwardParams& args_params, bool deterministic, cudaStream_t stream) {
+  // The main kernel's launch choices (block order, bulk copies, the split of its last wave) come
+  // first: the preprocess zeroes the split units' partial sums.
+  const BackwardParams p = bwd::prepare_main<Element, kHeadDim>(args_params, deterministic);
   bwd::launch_preprocess<Element>(p, stream);
   if (deterministic) {
     bwd::launch_main<Element, kHeadDim>(p, /*accumulate_dq=*/false, stream);
@@ -143,7 +150,7 @@ std::string backward_unsupported_reason(const detail::Problem& p) {
 
 std::size_t backward_scratch_bytes(const detail::Problem& p, bool deterministic) {
   if (p.B == 0 || p.Hq == 0) return 0;
-  return bwd::workspace_layout(p.B, p.Hq, p.Nq, p.D, deterministic).total_bytes;
+  return bwd::workspace_layout(p.B, p.Hq, p.Nq, p.Hkv, p.Nk, p.D, deterministic).total_bytes;
 }
 
 void run_backward(const detail::BackwardArgs& args) {

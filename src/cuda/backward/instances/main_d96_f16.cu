@@ -3,4 +3,5 @@
 
 namespace flashpp::cuda::bwd {
 template void launch_main<__half, 96>(const BackwardParams&, bool, cudaStream_t);
+template BackwardParams prepare_main<__half, 96>(const BackwardParams&, bool);
 }  // namespace flashpp::cuda::bwd

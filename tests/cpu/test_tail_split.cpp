@@ -1,0 +1,73 @@
+// The split of the backward main kernel's last wave (src/cuda/backward/tail_split.hpp): plain
+// integer arithmetic, so it is checked here on the CPU, where CI runs.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/backward/tail_split.hpp"
+
+namespace {
+
+using flashpp::cuda::bwd::kMaxSplitUnits;
+using flashpp::cuda::bwd::piece_steps;
+using flashpp::cuda::bwd::plan_tail_split;
+using flashpp::cuda::bwd::StepRange;
+using flashpp::cuda::bwd::TailSplit;
+using flashpp::cuda::bwd::unit_piece;
+using flashpp::cuda::bwd::UnitPiece;
+
+// Every step of every unit is walked by exactly one block, and the blocks of a split unit are
+// consecutive and non-empty.
+TEST(TailSplit, EveryStepExactlyOnce) {
+  for (std::int64_t units : {1, 3, 4, 100, 131, 132, 136, 200, 4096}) {
+    for (std::int64_t steps : {1, 2, 3, 32, 64}) {
+      for (std::int64_t slots : {1, 2, 132, 264}) {
+        const TailSplit plan = plan_tail_split(units, steps, slots, true);
+        ASSERT_EQ(plan.whole_units + plan.split_units, units);
+        ASSERT_GE(plan.pieces, 1);
+        ASSERT_LE(plan.pieces, steps > 1 ? steps : 1);
+        std::vector<std::vector<int>> walked(units, std::vector<int>(steps, 0));
+        for (std::int64_t linear = 0; linear < plan.blocks(); ++linear) {
+          const UnitPiece piece = unit_piece(plan, linear);
+          ASSERT_GE(piece.unit, 0);
+          ASSERT_LT(piece.unit, units);
+          EXPECT_EQ(piece.split_index >= 0, piece.unit >= plan.whole_units);
+          const StepRange range = piece_steps(plan, piece, steps);
+          EXPECT_LT(range.begin, range.end) << "an empty piece";
+          for (std::int64_t s = range.begin; s < range.end; ++s) ++walked[piece.unit][s];
+        }
+        for (std::int64_t u = 0; u < units; ++u) {
+          for (std::int64_t s = 0; s < steps; ++s) {
+            ASSERT_EQ(walked[u][s], 1) << "units " << units << " steps " << steps << " slots "
+                                       << slots << " unit " << u << " step " << s;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The last wave of B=4, H=32, N=4096 at 128-key tiles on 132 SMs (4 units) is cut into 32
+// one-step pieces; a full last wave, a large one, or a forbidden split leaves the grid whole.
+TEST(TailSplit, SplitsOnlySmallLastWaves) {
+  const TailSplit bench = plan_tail_split(4096, 32, 132, true);
+  EXPECT_EQ(bench.whole_units, 4092);
+  EXPECT_EQ(bench.split_units, 4);
+  EXPECT_EQ(bench.pieces, 32);
+  EXPECT_EQ(bench.blocks(), 4092 + 128);
+
+  EXPECT_EQ(plan_tail_split(16384, 128, 132, true).split_units, 16);  // 124 waves + 16 units
+  EXPECT_EQ(plan_tail_split(16384, 128, 132, true).pieces, 8);
+  EXPECT_EQ(plan_tail_split(3, 4, 132, true).pieces, 4);  // fewer units than slots: capped by steps
+
+  EXPECT_EQ(plan_tail_split(264, 32, 132, true).pieces, 1);   // no partial wave
+  EXPECT_EQ(plan_tail_split(200, 32, 132, true).pieces, 1);   // last wave of 68 > 132 / 2
+  EXPECT_EQ(plan_tail_split(4096, 32, 132, false).pieces, 1);  // masks, deterministic mode
+  EXPECT_EQ(plan_tail_split(4096, 1, 132, true).pieces, 1);    // one step cannot be split
+  // No more split units than the workspace holds.
+  EXPECT_EQ(plan_tail_split(kMaxSplitUnits + 1, 8, 1000, true).pieces, 1);
+  EXPECT_EQ(plan_tail_split(kMaxSplitUnits, 8, 1000, true).split_units, kMaxSplitUnits);
+}
+
+}  // namespace
