@@ -32,8 +32,11 @@ left() { echo $(( ${DEADLINE_S:-100000} - ($(date +%s) - start) )); }
 # One pytest process per file: a crash in one file does not hide the others' results.
 test_rc=0
 : > "$out/pytest.log"
+# Time kept back for the benchmark after the tests (none when BENCH=none).
+reserve=${BENCH_RESERVE_S:-150}
+[ "${BENCH:-}" = none ] && reserve=0
 for f in ${PYTEST_FILES:-tests/python/test_*.py}; do
-  budget=$(( $(left) - ${BENCH_RESERVE_S:-150} ))
+  budget=$(( $(left) - reserve ))
   if [ "$budget" -lt 30 ]; then echo "$f: no time left" | tee -a "$out/pytest.log"; test_rc=1; continue; fi
   echo "### $f" >> "$out/pytest.log"
   PYTHONUNBUFFERED=1 timeout "$budget" python3 -X faulthandler -m pytest -q -s -rs \
