@@ -121,7 +121,9 @@ struct Options {
   std::uint64_t seed = 0;
   std::uint64_t offset = 0;
 
-  // Backward: produce bit-identical results run to run (no floating-point atomics).
+  // Backward: produce bit-identical results run to run (no floating-point atomics). Without it
+  // the CUDA backward sums dQ, and dK/dV of the key tiles it splits over several blocks, with
+  // float32 atomics, whose order varies (differences of the order of float32 rounding).
   bool deterministic = false;
 
   // Forward: write lse. When false, `lse` may be an empty view.
