@@ -1,6 +1,6 @@
 // Preprocess (delta, lse in log2 units, the dQ accumulator and split sums zeroed) and postprocess
-// (dQ accumulator -> dq, split sums -> their units' dK, dV) of the backward. Both are memory-bound and touch each element once,
-// coalesced, with several loads in flight per thread.
+// (dQ accumulator -> dq, split sums -> their units' dK, dV) of the backward. Both are
+// memory-bound and touch each element once, coalesced, with several loads in flight per thread.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
