@@ -3,7 +3,8 @@
 
 Calls flashpp through its C API (libflashpp.so, ctypes) on torch tensors, in the same process as
 the peers, on the same inputs. Times with CUDA events: every implementation is warmed up, then
-timed in rounds whose order rotates (none is always first after a change of shape), median of all.
+each round runs every implementation once, in an order that rotates from round to round, with the
+calls queued back to back (GPU time, see time_interleaved); median over the rounds.
 --alt NAME=PATH adds other builds of the library (variants) to the same interleaved timing. FLOPs: forward 4*B*Hq*Nq*Nk*D (halved when causal), backward 2.5x forward.
 Prints, last, one table per direction: TFLOPS of each and ours/peer ratios.
 
@@ -89,6 +90,19 @@ class Flashpp:
         self._check(self.lib.flashpp_backward(*[ctypes.byref(x) for x in views], ctypes.byref(opts),
                                               ctypes.c_void_p(stream)), "backward")
 
+    def bound(self, direction, tensors, opts):
+        """A callable that runs forward or backward on `tensors` with the views built once, so
+        the timed call is the library call itself (the peers' calls are torch's own API)."""
+        fn = self.lib.flashpp_forward if direction == "fwd" else self.lib.flashpp_backward
+        views = [self.view(t) for t in tensors]
+        args = [ctypes.byref(x) for x in views] + [ctypes.byref(opts),
+                                                     ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)]
+
+        def run():
+            self._check(fn(*args), direction)
+        run.keep_alive = (views, opts)
+        return run
+
 
 # --------------------------------------------------------------------------------------------
 # Timing
@@ -114,15 +128,24 @@ def flops_fwd(B, H, N, D, causal):
     return f / 2 if causal else f
 
 
+ROUNDS, SYNCED = 30, False  # set from the command line in main()
+
 PEERS = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
          ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
 
 
-def time_interleaved(fns, rounds=3, reps=10, warmup=3):
-    """Median milliseconds of each fn in `fns` (name -> callable), timed in `rounds` rounds of
-    `reps` CUDA-event timings each; the order of the callables rotates from round to round, so
-    that none is always the first one after a change of shape (or always the last: clocks and
-    power settle while the GPU works)."""
+def time_interleaved(fns, rounds=30, warmup=3, synced=False):
+    """Median milliseconds of each fn in `fns` (name -> callable): `rounds` rounds, each running
+    every callable once in an order that rotates from round to round, so that every
+    implementation sees the same GPU clocks and temperature (a drift over the run moves all of
+    them alike) and none is always first after a change of shape.
+
+    Each call is timed by a pair of CUDA events around it. By default the calls of a round are
+    queued back to back behind a short GPU sleep, so the events measure GPU time alone, as in
+    training where the host runs ahead of the GPU (triton.testing.do_bench times the same way).
+    synced=True waits for every call before queueing the next one, so host-side launch work
+    (Python, argument checks, kernel launches) counts too: the method of the tables before
+    2026-11-23 evening."""
     names = list(fns)
     for name in names:
         for _ in range(warmup):
@@ -130,14 +153,21 @@ def time_interleaved(fns, rounds=3, reps=10, warmup=3):
     torch.cuda.synchronize()
     samples = {name: [] for name in names}
     for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            for _ in range(reps):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fns[name]()
-                end.record()
+        order = names[r % len(names):] + names[:r % len(names)]
+        events = []
+        if not synced:
+            torch.cuda._sleep(2_000_000)  # ~1 ms of GPU work while the host queues the round
+        for name in order:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fns[name]()
+            end.record()
+            if synced:
                 end.synchronize()
-                samples[name].append(start.elapsed_time(end))
+            events.append((name, start, end))
+        torch.cuda.synchronize()
+        for name, start, end in events:
+            samples[name].append(start.elapsed_time(end))
     return {name: statistics.median(t) for name, t in samples.items()}
 
 
@@ -178,11 +208,11 @@ def bench_one(fp, B, H, N, D, causal, dtype, do_bwd, log, do_fwd=True, alts=None
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     for name, lib in libs.items():
         if do_fwd:
-            fwd_fns[name] = (lambda lib=lib: lib.forward(q, k, v, o, lse, opts))
+            fwd_fns[name] = lib.bound("fwd", (q, k, v, o, lse), opts)
         if do_bwd:
             try:
                 lib.backward(q, k, v, o, lse, do, dq, dk, dv, opts)
-                bwd_fns[name] = (lambda lib=lib: lib.backward(q, k, v, o, lse, do, dq, dk, dv, opts))
+                bwd_fns[name] = lib.bound("bwd", (q, k, v, o, lse, do, dq, dk, dv), opts)
             except RuntimeError as e:
                 log(f"  {name} bwd unavailable: {e}")
 
@@ -204,7 +234,7 @@ def bench_one(fp, B, H, N, D, causal, dtype, do_bwd, log, do_fwd=True, alts=None
     res = {}
     for direction, fns, flops in (("fwd", fwd_fns, ffl), ("bwd", bwd_fns, 2.5 * ffl)):
         if fns:
-            for name, ms in time_interleaved(fns).items():
+            for name, ms in time_interleaved(fns, rounds=ROUNDS, synced=SYNCED).items():
                 res[(direction, name)] = flops / ms / 1e9
     del q, k, v, do, o, lse, fwd_fns, bwd_fns
     torch.cuda.empty_cache()
@@ -241,6 +271,9 @@ def main():
     ap.add_argument("--tag", default="", help="label of this run (e.g. a tile variant) in the log")
     ap.add_argument("--alt", action="append", default=[], metavar="NAME=PATH",
                     help="another build of libflashpp.so, timed interleaved with ours (A/B of variants)")
+    ap.add_argument("--rounds", type=int, default=30, help="timed rounds (one call of each implementation per round)")
+    ap.add_argument("--synced", action="store_true",
+                    help="wait for each call before the next (host launch time counted; the old method)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
 
@@ -253,7 +286,8 @@ def main():
         logf.write(msg + "\n")
         logf.flush()
 
-    global PEERS
+    global PEERS, ROUNDS, SYNCED
+    ROUNDS, SYNCED = args.rounds, args.synced
     PEERS = [p for p in PEERS if p[0] in args.peers.split(",")]
     fp = Flashpp(args.lib)
     alts = {}
@@ -269,8 +303,10 @@ def main():
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
     log(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  cuDNN {torch.backends.cudnn.version()}"
         f"  CUDA {torch.version.cuda}  date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    log(f"B={B} Hq={H} layout [B,N,H,D]; CUDA-event medians of 3 rounds x 10 runs per implementation, "
-        "interleaved in rotating order after 3 warm-ups")
+    log(f"B={B} Hq={H} layout [B,N,H,D]; CUDA-event medians of {args.rounds} rounds, one call of each "
+        f"implementation per round in rotating order, after 3 warm-ups; "
+        + ("each call waited for (host launch time counted)" if args.synced else
+           "calls queued back to back (GPU time)"))
     rows = []
     for dname in args.dtypes.split(","):
         for D in [int(d) for d in args.dims.split(",")]:
