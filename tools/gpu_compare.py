@@ -3,8 +3,9 @@
 
 Calls flashpp through its C API (libflashpp.so, ctypes) on torch tensors, in the same process as
 the peers, on the same inputs. Times with CUDA events: every implementation is warmed up, then
-each round runs every implementation once, in an order that rotates from round to round, with the
-calls queued back to back (GPU time, see time_interleaved); median over the rounds.
+each round runs every implementation once, in orders balanced over the rounds (each first, and
+after each other one, equally often), with the calls queued back to back (GPU time, see
+time_interleaved); median over the rounds.
 --alt NAME=PATH adds other builds of the library (variants) to the same interleaved timing. FLOPs: forward 4*B*Hq*Nq*Nk*D (halved when causal), backward 2.5x forward.
 Prints, last, one table per direction: TFLOPS of each and ours/peer ratios.
 
@@ -134,11 +135,31 @@ PEERS = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTEN
          ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
 
 
+def balanced_orders(n):
+    """Orders of n implementations in which each one comes first equally often and follows every
+    other one equally often (a Williams design: n rows for even n, 2n for odd n). The kernel
+    that ran just before matters: after a long, power-hungry kernel the GPU runs at lower clocks
+    for a while (seen here: identical code read 6% slower when it always followed cuDNN's
+    kernel, in a plain rotation of a fixed order), so no implementation may keep one neighbour."""
+    first = [0]
+    low, high = 1, n - 1
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    rows = [[(x + k) % n for x in first] for k in range(n)]
+    if n % 2:
+        rows += [list(reversed(r)) for r in rows]
+    return rows
+
+
 def time_interleaved(fns, rounds=30, warmup=3, synced=False):
-    """Median milliseconds of each fn in `fns` (name -> callable): `rounds` rounds, each running
-    every callable once in an order that rotates from round to round, so that every
+    """Median milliseconds of each fn in `fns` (name -> callable): at least `rounds` rounds (a
+    whole number of balanced_orders' rows), each running every callable once, so that every
     implementation sees the same GPU clocks and temperature (a drift over the run moves all of
-    them alike) and none is always first after a change of shape.
+    them alike), and each comes first and follows each other one equally often.
 
     Each call is timed by a pair of CUDA events around it. By default the calls of a round are
     queued back to back behind a short GPU sleep, so the events measure GPU time alone, as in
@@ -152,8 +173,10 @@ def time_interleaved(fns, rounds=30, warmup=3, synced=False):
             fns[name]()
     torch.cuda.synchronize()
     samples = {name: [] for name in names}
+    orders = balanced_orders(len(names))
+    rounds = -(-rounds // len(orders)) * len(orders)
     for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
+        order = [names[i] for i in orders[r % len(orders)]]
         events = []
         if not synced:
             torch.cuda._sleep(2_000_000)  # ~1 ms of GPU work while the host queues the round
@@ -304,7 +327,7 @@ def main():
     log(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  cuDNN {torch.backends.cudnn.version()}"
         f"  CUDA {torch.version.cuda}  date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     log(f"B={B} Hq={H} layout [B,N,H,D]; CUDA-event medians of {args.rounds} rounds, one call of each "
-        f"implementation per round in rotating order, after 3 warm-ups; "
+        f"implementation per round in balanced orders, after 3 warm-ups; "
         + ("each call waited for (host launch time counted)" if args.synced else
            "calls queued back to back (GPU time)"))
     rows = []
