@@ -326,8 +326,8 @@ def main():
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
     log(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  cuDNN {torch.backends.cudnn.version()}"
         f"  CUDA {torch.version.cuda}  date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    log(f"B={B} Hq={H} layout [B,N,H,D]; CUDA-event medians of {args.rounds} rounds, one call of each "
-        f"implementation per round in balanced orders, after 3 warm-ups; "
+    log(f"B={B} Hq={H} layout [B,N,H,D]; CUDA-event medians of at least {args.rounds} rounds (whole "
+        f"balanced designs), one call of each implementation per round, after 3 warm-ups; "
         + ("each call waited for (host launch time counted)" if args.synced else
            "calls queued back to back (GPU time)"))
     rows = []
