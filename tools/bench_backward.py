@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The CUDA backward alone: flashpp vs torch SDPA FLASH_ATTENTION (and optionally CUDNN), same
-process, same inputs, CUDA-event medians. Reuses the C API binding of tools/gpu_compare.py.
+process, same inputs, timed as tools/gpu_compare.py times (GPU time, one call of each per round in
+balanced orders; its C API binding too). --deterministic times the deterministic mode.
 
   python3 tools/bench_backward.py --lib build/libflashpp.so [--dims 64,128] [--seqlens 4096,16384]
       [--dtypes fp16,bf16] [--cudnn] [--deterministic] [--once]
@@ -16,7 +17,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_compare import Flashpp, time_ms, flops_fwd  # noqa: E402
+from gpu_compare import Flashpp, flops_fwd, time_interleaved  # noqa: E402
 
 
 def main():
@@ -48,34 +49,39 @@ def main():
                     opts.deterministic = 1 if args.deterministic else 0
                     fp.forward(q, k, v, o, lse, opts)
                     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-                    bwd = lambda: fp.backward(q, k, v, o, lse, do, dq, dk, dv, opts)  # noqa: E731
                     if args.once:
-                        bwd()
+                        fp.backward(q, k, v, o, lse, do, dq, dk, dv, opts)
                         torch.cuda.synchronize()
                         continue
                     fl = 2.5 * flops_fwd(B, H, N, D, causal)
-                    ours = fl / time_ms(bwd) / 1e9
-                    # Accuracy sanity against SDPA's own gradients (math-free: flash backend).
+                    fns = {"ours": fp.bound("bwd", (q, k, v, o, lse, do, dq, dk, dv), opts)}
+                    fns["ours"]()
+                    ours_grads = [x.clone() for x in (dq, dk, dv)]
                     qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_(True) for x in (q, k, v))
                     dot = do.transpose(1, 2)
-                    peers = {}
+                    errs = None
                     for name, be in [("flash", SDPBackend.FLASH_ATTENTION)] + \
                             ([("cudnn", SDPBackend.CUDNN_ATTENTION)] if args.cudnn else []):
                         try:
                             with sdpa_kernel(be):
                                 out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-                                ms = time_ms(lambda: torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True))
-                                peers[name] = fl / ms / 1e9
-                                if name == "flash":
-                                    g = torch.autograd.grad(out, (qt, kt, vt), dot)
-                                    errs = [((a.transpose(1, 2).float() - b.float()).norm() / b.float().norm()).item()
-                                            for a, b in zip(g, (dq, dk, dv))]
+                            g = torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True)
+                            fns[name] = (lambda out=out: torch.autograd.grad(out, (qt, kt, vt), dot,
+                                                                             retain_graph=True))
+                            if name == "flash":  # accuracy sanity against SDPA's own gradients
+                                errs = [((a.transpose(1, 2).float() - b.float()).norm() / b.float().norm()).item()
+                                        for a, b in zip(g, ours_grads)]
                         except RuntimeError as e:
                             print(f"  {name}: {str(e).splitlines()[0][:100]}")
+                    # The same GPU-time method as gpu_compare.py: one call of each per round,
+                    # queued, in balanced orders.
+                    times = time_interleaved(fns)
+                    ours = fl / times.pop("ours") / 1e9
+                    peers = {name: fl / ms / 1e9 for name, ms in times.items()}
                     fl_ = peers.get("flash")
                     cells = " ".join(f"{peers[n]:7.1f}" if n in peers else f"{'-':>7}" for n in ("flash", "cudnn"))
                     ratio = f"{ours / fl_:10.2f}" if fl_ else f"{'-':>10}"
-                    err = " rel.diff vs flash dq/dk/dv " + "/".join(f"{e:.1e}" for e in errs) if fl_ else ""
+                    err = " rel.diff vs flash dq/dk/dv " + "/".join(f"{e:.1e}" for e in errs) if errs else ""
                     print(f"{dname:5} {D:4d} {N:6d} {('yes' if causal else 'no'):>6} | {ours:7.1f} {cells} | {ratio}{err}",
                           flush=True)
                     del q, k, v, do, o, lse, dq, dk, dv

@@ -108,22 +108,6 @@ class Flashpp:
 # --------------------------------------------------------------------------------------------
 # Timing
 # --------------------------------------------------------------------------------------------
-def time_ms(fn, warmup=5, reps=30):
-    """Median milliseconds of fn() with CUDA events, after warm-up."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def flops_fwd(B, H, N, D, causal):
     f = 4.0 * B * H * N * N * D
     return f / 2 if causal else f
