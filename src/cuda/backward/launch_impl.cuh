@@ -33,15 +33,15 @@ std::int64_t main_kernel_slots(const BackwardParams& p) {
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   auto* kernel = main_kernel_for<Element, kHeadDim>(p);
   const int extras = kernel == &bwd_main_kernel<Element, kHeadDim, true> ? 1 : 0;
-  if (device >= kMaxDevices) return resident_blocks(kernel, Shape::kThreads, Shape::kSmemBytes);
-  std::int64_t slots = cache[extras][device].load(std::memory_order_relaxed);
+  std::int64_t slots =
+      device < kMaxDevices ? cache[extras][device].load(std::memory_order_relaxed) : 0;
   if (slots == 0) {
     // Above 48 KB a block must opt in to more dynamic shared memory (before the query).
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     Shape::kSmemBytes),
                "backward main kernel shared-memory opt-in");
     slots = resident_blocks(kernel, Shape::kThreads, Shape::kSmemBytes);
-    cache[extras][device].store(slots, std::memory_order_relaxed);
+    if (device < kMaxDevices) cache[extras][device].store(slots, std::memory_order_relaxed);
   }
   return slots;
 }
@@ -91,7 +91,8 @@ void launch_main(const BackwardParams& p, bool accumulate_dq, cudaStream_t strea
   const std::int64_t blocks = p.split.blocks();
   if (blocks == 0) return;
   auto* kernel = main_kernel_for<Element, kHeadDim>(p);
-  // Above 48 KB a block must opt in to more dynamic shared memory.
+  // Above 48 KB a block must opt in to more dynamic shared memory. Made on every launch, not
+  // only next to the cached occupancy query, in case the device was reset since.
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Shape::kSmemBytes),
              "backward main kernel shared-memory opt-in");
