@@ -93,6 +93,25 @@ fi
 TESTS="$BUILD/tests/gpu/flashpp_gpu_tests"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 
+# The sm90 kernels must run on the Hopper instructions: HGMMA (wgmma) and bulk tensor copies
+# (UTMALDG), no HMMA (mma.sync) in their objects.
+sm90_objects=$(find "$BUILD" -path '*src/cuda/sm90/*' -name '*.o' 2>/dev/null)
+if [ -n "$sm90_objects" ] && command -v cuobjdump >/dev/null; then
+  hgmma=0 hmma=0 tma=0
+  for obj in $sm90_objects; do
+    sass=$(cuobjdump -sass "$obj")
+    hgmma=$((hgmma + $(grep -c 'HGMMA' <<<"$sass")))
+    hmma=$((hmma + $(grep -c 'HMMA' <<<"$sass")))
+    tma=$((tma + $(grep -c 'UTMALDG' <<<"$sass")))
+  done
+  if [ "$hgmma" -gt 0 ] && [ "$hmma" -eq 0 ] && [ "$tma" -gt 0 ]; then
+    SUMMARY+=("sass sm90: ok ($hgmma HGMMA, $tma UTMALDG, 0 HMMA in $(wc -w <<<"$sm90_objects") objects)")
+  else
+    status=1
+    SUMMARY+=("sass sm90: FAILED ($hgmma HGMMA, $hmma HMMA, $tma UTMALDG)")
+  fi
+fi
+
 if [ "$RUN_TESTS" = 1 ]; then
   echo "== GPU tests =="
   t0=$(date +%s)

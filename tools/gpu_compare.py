@@ -6,7 +6,9 @@ the peers, on the same inputs. Times with CUDA events: every implementation is w
 each round runs every implementation once, in orders balanced over the rounds (each first, and
 after each other one, equally often), with the calls queued back to back (GPU time, see
 time_interleaved); median over the rounds.
---alt NAME=PATH adds other builds of the library (variants) to the same interleaved timing. FLOPs: forward 4*B*Hq*Nq*Nk*D (halved when causal), backward 2.5x forward.
+--alt NAME=PATH adds other builds of the library (variants) to the same interleaved timing;
+--alt NAME=env:VAR=VALUE adds this build run with VAR=VALUE in the environment (e.g.
+sm80=env:FLASHPP_CUDA_FAMILY=sm80: the portable kernel family against the Hopper one). FLOPs: forward 4*B*Hq*Nq*Nk*D (halved when causal), backward 2.5x forward.
 Prints, last, one table per direction: TFLOPS of each and ours/peer ratios.
 
   python3 tools/gpu_compare.py --lib build-gpu/libflashpp.so [--quick] [--fwd-only | --bwd-only]
@@ -102,6 +104,36 @@ class Flashpp:
         def run():
             self._check(fn(*args), direction)
         run.keep_alive = (views, opts)
+        return run
+
+
+class WithEnv:
+    """A Flashpp whose calls run with one environment variable set (read by the library per call,
+    e.g. FLASHPP_CUDA_FAMILY), restored after each call."""
+
+    def __init__(self, fp, var, value):
+        self.fp, self.var, self.value = fp, var, value
+
+    def _wrap(self, fn):
+        def run(*args):
+            old = os.environ.get(self.var)
+            os.environ[self.var] = self.value
+            try:
+                return fn(*args)
+            finally:
+                if old is None:
+                    del os.environ[self.var]
+                else:
+                    os.environ[self.var] = old
+        return run
+
+    def backward(self, *args):
+        return self._wrap(self.fp.backward)(*args)
+
+    def bound(self, direction, tensors, opts):
+        inner = self.fp.bound(direction, tensors, opts)
+        run = self._wrap(inner)
+        run.keep_alive = inner
         return run
 
 
@@ -277,7 +309,8 @@ def main():
     ap.add_argument("--peers", default="flash,cudnn,efficient", help="comma list, or 'none'")
     ap.add_argument("--tag", default="", help="label of this run (e.g. a tile variant) in the log")
     ap.add_argument("--alt", action="append", default=[], metavar="NAME=PATH",
-                    help="another build of libflashpp.so, timed interleaved with ours (A/B of variants)")
+                    help="another build of libflashpp.so, or env:VAR=VALUE (this build with VAR set), "
+                         "timed interleaved with ours (A/B of variants)")
     ap.add_argument("--rounds", type=int, default=30, help="timed rounds (one call of each implementation per round)")
     ap.add_argument("--synced", action="store_true",
                     help="wait for each call before the next (host launch time counted; the old method)")
@@ -300,6 +333,10 @@ def main():
     alts = {}
     for spec in args.alt:
         name, path = spec.split("=", 1)
+        if path.startswith("env:"):
+            var, value = path[len("env:"):].split("=", 1)
+            alts[name] = WithEnv(fp, var, value)
+            continue
         # A private copy: the dynamic loader would otherwise hand back the already-loaded library.
         copy = os.path.join(tempfile.mkdtemp(), f"libflashpp_{name}.so")
         shutil.copy(path, copy)

@@ -1,13 +1,13 @@
-// Everything the sm80 forward kernel reads, flattened from detail::ForwardArgs on the host:
-// raw pointers, 64-bit element strides, the visibility rule and the dropout parameters.
+// Everything a forward kernel reads (every family: sm80, sm90), flattened from detail::ForwardArgs
+// on the host: raw pointers, 64-bit element strides, the visibility rule and the dropout parameters.
 #pragma once
 
 #include <cstdint>
 
-#include "../../../common/mask.hpp"
-#include "../../../common/philox.hpp"
+#include "../../common/mask.hpp"
+#include "../../common/philox.hpp"
 
-namespace flashpp::cuda::sm80 {
+namespace flashpp::cuda {
 
 struct ForwardParams {
   const void* q = nullptr;
@@ -35,10 +35,10 @@ struct ForwardParams {
   detail::Mask mask{};
   detail::DropoutParams dropout{};
 
-  // The (batch * head) index of blockIdx.y == 0 (launches are split when B*Hq > 65535).
+  // The (batch * head) index of blockIdx.y == 0 (sm80 launches are split when B*Hq > 65535).
   std::int64_t bh_offset = 0;
   // Launch order of (query tile, head) items: common/block_order.cuh.
   std::int64_t heads_per_group = 1;
 };
 
-}  // namespace flashpp::cuda::sm80
+}  // namespace flashpp::cuda

@@ -1,0 +1,229 @@
+// The forward's element-wise steps, shared by every kernel family (sm80's mma.sync, sm90's wgmma):
+// apply_softcap, apply_mask, online_softmax_update, apply_dropout and write_output.
+//
+// They work on a row view that both families' accumulators share: a warp owns kRowsPerWarp query
+// rows as kMTiles 16-row tiles, and within one 16-row tile, element c of 8-column tile nt in lane
+// (g = lane/4, t = lane%4) sits at
+//   row  mt*16 + g + 8*(c/2),   column  nt*8 + 2t + (c%2).
+// That is mma.sync's m16n8 accumulator layout, and also wgmma's m64nN layout restricted to one
+// warp (warp w of a warpgroup owns rows 16w..16w+15 with the same per-lane pattern). A Traits
+// type provides Element, kMTiles, kNTiles (score columns / 8), kDTiles (head dim / 8), kBlockN,
+// kRowsPerWarp, kSkipUnchangedRescale and QTile (the swizzled tile write_output stages O through).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "forward_params.hpp"
+#include "math.cuh"
+#include "warp_reduce.cuh"
+
+namespace flashpp::cuda {
+
+// Accumulator element c of tile (mt, nt) in lane (g = lane/4, t = lane%4) is
+//   row  warp_row0 + mt*16 + g + 8*(c/2),   key  nt*8 + 2t + (c%2).
+
+// Logit soft-capping, kept in "pre-scale" units so the softmax path stays the same:
+// s <- (c / scale) * tanh(s * scale / c), i.e. scale * s' = c * tanh(scale * s / c).
+template <typename Traits>
+__device__ __forceinline__ void apply_softcap(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
+                                              const ForwardParams& p) {
+  const float inner = p.scale / p.softcap;
+  const float outer = p.softcap / p.scale;
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < Traits::kNTiles; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[mt][nt][c] = outer * tanhf(s[mt][nt][c] * inner);
+}
+
+// Hidden elements (outside [0, Nk) or outside the causal/window band) become -inf. Called only
+// on tiles that are not fully visible. Each row sees one contiguous key range
+// [first_key(i), last_key(i)] (the mask's rule, clipped to [0, Nk)); it is turned once per row
+// into 32-bit bounds relative to the tile, so the per-element test is two integer compares.
+template <typename Traits>
+__device__ __forceinline__ void apply_mask(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
+                                           const ForwardParams& p, std::int64_t row0,
+                                           std::int64_t key0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t i = row0 + mt * 16 + g + 8 * half;
+      const std::int64_t lo64 = p.mask.first_key(i) - key0;
+      const std::int64_t hi64 = p.mask.last_key(i, p.Nk) - key0;
+      // Clamped into [-1, block_n]: same answers for every key of the tile, and fits 32 bits.
+      const int lo = static_cast<int>(lo64 < 0 ? 0 : (lo64 > Traits::kBlockN ? Traits::kBlockN : lo64));
+      const int hi = static_cast<int>(hi64 < -1 ? -1 : (hi64 >= Traits::kBlockN ? Traits::kBlockN - 1 : hi64));
+#pragma unroll
+      for (int nt = 0; nt < Traits::kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = nt * 8 + 2 * t + e;
+          if (j < lo || j > hi) s[mt][nt][2 * half + e] = -INFINITY;
+        }
+    }
+}
+
+// The O rescale an online-softmax step asks for: one factor per row, and whether any row of the
+// warp raised its max (when none did, every factor is exactly 1).
+template <typename Traits>
+struct SoftmaxCorrection {
+  float factor[Traits::kMTiles][2];
+  bool max_moved = false;
+};
+
+// Online softmax: raises the running row max to include this tile, rescales the running sum by
+// exp2((m_old - m_new) * scale*log2e), and replaces the scores by
+// P = exp2(s * scale*log2e - m_new * scale*log2e) (one FFMA and one EX2 per element). The same
+// factor must rescale O (rescale_output): at once where O is up to date (sm80), or once the
+// product still running into O has landed (sm90).
+// row_max is in raw score units; row_sum is this lane's partial sum (reduced over the quad once,
+// at the end). A row whose max is still -inf uses 0 as its reference, so P = 0, not NaN.
+template <typename Traits>
+__device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_update(
+    float (&s)[Traits::kMTiles][Traits::kNTiles][4], float (&row_max)[Traits::kMTiles][2],
+    float (&row_sum)[Traits::kMTiles][2], float scale_log2) {
+  SoftmaxCorrection<Traits> correction;
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < Traits::kNTiles; ++nt)
+        tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+      tile_max = quad_max(tile_max);
+      const float new_max = fmaxf(row_max[mt][half], tile_max);
+      const float reference = new_max == -INFINITY ? 0.0f : new_max;
+      correction.factor[mt][half] = fast_exp2((row_max[mt][half] - reference) * scale_log2);
+      correction.max_moved |= new_max != row_max[mt][half];
+      row_max[mt][half] = new_max;
+      row_sum[mt][half] *= correction.factor[mt][half];
+
+      const float offset = -reference * scale_log2;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < Traits::kNTiles; ++nt)
+#pragma unroll
+        for (int c = 2 * half; c < 2 * half + 2; ++c) {
+          s[mt][nt][c] = fast_exp2(fmaf(s[mt][nt][c], scale_log2, offset));
+          sum += s[mt][nt][c];
+        }
+      row_sum[mt][half] += sum;
+    }
+  return correction;
+}
+
+// O *= the online softmax's correction, per row. Rescaling O costs one FMUL per accumulator (as
+// many as the scores of a tile at D=128). Once the running maxima settle, most tiles raise none of
+// a warp's rows, and the correction is exactly 1: the warp then skips the whole rescale (a
+// warp-uniform branch).
+template <typename Traits>
+__device__ __forceinline__ void rescale_output(float (&o)[Traits::kMTiles][Traits::kDTiles][4],
+                                               const SoftmaxCorrection<Traits>& correction) {
+  if (!Traits::kSkipUnchangedRescale || __any_sync(0xffffffffu, correction.max_moved)) {
+#pragma unroll
+    for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+      for (int dt = 0; dt < Traits::kDTiles; ++dt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) o[mt][dt][c] *= correction.factor[mt][c >> 1];
+  }
+}
+
+// Dropout on P (after the row sums took P undropped: lse ignores dropout). The keep decision of
+// (row i, key j) comes from the shared Philox stream (common/philox.hpp): one call serves keys
+// 4*(j/4)..+3, and this lane's two keys 2t, 2t+1 of a tile lie in one such group. The 1/(1-p)
+// factor is applied once to O at the end.
+template <typename Traits>
+__device__ __forceinline__ void apply_dropout(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
+                                              const ForwardParams& p, std::uint32_t bh,
+                                              std::int64_t row0, std::int64_t key0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const auto i = static_cast<std::uint32_t>(row0 + mt * 16 + g + 8 * half);
+#pragma unroll
+      for (int nt = 0; nt < Traits::kNTiles; ++nt) {
+        const auto j = static_cast<std::uint32_t>(key0 + nt * 8 + 2 * t);
+        const detail::PhiloxResult words = detail::dropout_random_words(p.dropout, bh, i, j);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (!detail::dropout_keep_word(words.r[(j + e) & 3u], p.dropout.threshold))
+            s[mt][nt][2 * half + e] = 0.0f;
+        }
+      }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Epilogue
+// ---------------------------------------------------------------------------------------------
+
+// O = O / sum (times 1/(1-p) under dropout), stored for rows < Nq and columns < D; lse per row.
+//
+// The normalised, converted O goes first into this warp's own rows of the Q tile in shared
+// memory (only this warp ever reads those rows, and its last Q.K product is done), then leaves
+// with 16-byte stores, consecutive lanes on consecutive chunks of a row: coalesced, instead of
+// the accumulator layout's scattered 4-byte stores. Only a __syncwarp is needed.
+template <typename Traits>
+__device__ __forceinline__ void write_output(float (&o)[Traits::kMTiles][Traits::kDTiles][4],
+                                             const float (&row_max)[Traits::kMTiles][2],
+                                             float (&row_sum)[Traits::kMTiles][2],
+                                             const ForwardParams& p, std::int64_t b,
+                                             std::int64_t h, std::int64_t m0, int warp_row0,
+                                             int lane, typename Traits::Element* q_smem) {
+  using Element = typename Traits::Element;
+  using QTile = typename Traits::QTile;
+  const int g = lane >> 2, t = lane & 3;
+  const float keep_scale = p.dropout.threshold != 0 ? p.dropout.keep_scale : 1.0f;
+  // Every lane's last ldmatrix of these Q rows precedes the first write into them (ldmatrix is
+  // warp-collective, but under independent thread scheduling only a warp barrier says so).
+  __syncwarp();
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = warp_row0 + mt * 16 + g + 8 * half;  // within the tile
+      const std::int64_t i = m0 + row;
+      const float sum = quad_sum(row_sum[mt][half]);
+      const bool empty_row = !(sum > 0.0f);  // no visible key: O = 0, lse = -inf
+      const float factor = empty_row ? 0.0f : keep_scale / sum;
+#pragma unroll
+      for (int dt = 0; dt < Traits::kDTiles; ++dt) {
+        *reinterpret_cast<std::uint32_t*>(q_smem + QTile::offset(row, dt * 8) + 2 * t) =
+            pack_pair<Element>(o[mt][dt][2 * half] * factor, o[mt][dt][2 * half + 1] * factor);
+      }
+      if (p.lse != nullptr && t == 0 && i < p.Nq) {
+        const float lse = empty_row ? -INFINITY : row_max[mt][half] * p.scale + logf(sum);
+        p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride] = lse;
+      }
+    }
+  __syncwarp();
+
+  Element* o_base = static_cast<Element*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
+  const int chunks_valid = p.head_dim / 8;
+  constexpr int kChunks = QTile::kChunks;
+  constexpr int kWarpChunks = Traits::kRowsPerWarp * kChunks;
+  static_assert(kWarpChunks % 32 == 0, "the warp's rows split evenly over its lanes");
+#pragma unroll
+  for (int k = 0; k < kWarpChunks / 32; ++k) {
+    const int e = lane + 32 * k;
+    const int row = warp_row0 + e / kChunks, chunk = e % kChunks;
+    const std::int64_t i = m0 + row;
+    if (i < p.Nq && chunk < chunks_valid) {
+      *reinterpret_cast<uint4*>(o_base + i * p.o_row_stride + chunk * 8) =
+          *reinterpret_cast<const uint4*>(q_smem + QTile::chunk_offset(row, chunk));
+    }
+  }
+}
+
+}  // namespace flashpp::cuda

@@ -1,0 +1,136 @@
+// The CUDA forward's dispatch: checks the layout the kernels' copies need, flattens the validated
+// arguments into ForwardParams, and picks the kernel family (forward_families.hpp):
+//   sm90 on a compute capability 9.0 device when the library was built for sm_90a,
+//   sm80 otherwise.
+// FLASHPP_CUDA_FAMILY=sm80 or =sm90 in the environment forces one (for A/B runs and tests); a
+// forced family that cannot run the call is an error, never a silent switch.
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/check_cuda.hpp"
+#include "forward.hpp"
+#include "forward_families.hpp"
+
+#ifndef FLASHPP_HAS_SM90
+#define FLASHPP_HAS_SM90 0
+#endif
+
+namespace flashpp::cuda {
+namespace {
+
+ForwardParams make_params(const detail::ForwardArgs& a) {
+  const detail::Problem& p = a.problem;
+  ForwardParams f;
+  f.q = a.q.data;
+  f.k = a.k.data;
+  f.v = a.v.data;
+  f.o = a.o.data;
+  f.lse = a.write_lse ? static_cast<float*>(a.lse.data) : nullptr;
+  f.q_batch_stride = a.q.strides[0], f.q_row_stride = a.q.strides[1], f.q_head_stride = a.q.strides[2];
+  f.k_batch_stride = a.k.strides[0], f.k_row_stride = a.k.strides[1], f.k_head_stride = a.k.strides[2];
+  f.v_batch_stride = a.v.strides[0], f.v_row_stride = a.v.strides[1], f.v_head_stride = a.v.strides[2];
+  f.o_batch_stride = a.o.strides[0], f.o_row_stride = a.o.strides[1], f.o_head_stride = a.o.strides[2];
+  if (f.lse != nullptr) {
+    f.lse_batch_stride = a.lse.strides[0];
+    f.lse_head_stride = a.lse.strides[1];
+    f.lse_row_stride = a.lse.strides[2];
+  }
+  f.Nq = p.Nq;
+  f.Nk = p.Nk;
+  f.Hq = p.Hq;
+  f.heads_per_kv = p.Hkv > 0 ? p.heads_per_kv() : 1;
+  f.head_dim = static_cast<int>(p.D);
+  f.scale = p.scale;
+  f.scale_log2 = static_cast<float>(static_cast<double>(p.scale) * 1.4426950408889634);
+  f.softcap = p.softcap;
+  f.mask = p.mask;
+  f.dropout = p.dropout;
+  return f;
+}
+
+// A tensor the kernels copy or store with 16-byte vectors (or the copy engine reads) must be
+// 16-byte aligned with strides that are multiples of 8 elements (dimensions of size 1 are never
+// stepped over).
+std::string alignment_problem(const char* name, const TensorView& t) {
+  if (t.data == nullptr) return {};
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
+    return std::string(name) + ": the CUDA backend needs a 16-byte aligned data pointer";
+  }
+  for (int d = 0; d < 3; ++d) {
+    if (t.sizes[d] > 1 && t.strides[d] % 8 != 0) {
+      return std::string(name) + ": the CUDA backend needs strides (but the last) that are " +
+             "multiples of 8 elements, got stride " + std::to_string(t.strides[d]) +
+             " in dimension " + std::to_string(d);
+    }
+  }
+  return {};
+}
+
+// Compute capability major*10 + minor of `device`, asked once per device.
+int compute_capability(int device) {
+  static std::array<int, 64> cache{};  // 0 = not asked yet
+  const bool cached = device >= 0 && device < static_cast<int>(cache.size());
+  if (cached && cache[device] != 0) return cache[device];
+  int major = 0, minor = 0;
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+             "cudaDeviceGetAttribute (compute capability)");
+  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+             "cudaDeviceGetAttribute (compute capability)");
+  if (cached) cache[device] = major * 10 + minor;
+  return major * 10 + minor;
+}
+
+// Why the sm90 family cannot run this call (empty when it can).
+std::string sm90_unavailable_reason(const detail::ForwardArgs& args) {
+  if (!FLASHPP_HAS_SM90) return "this build has no sm_90a kernels (FLASHPP_CUDA_ARCHS lacks 90a)";
+  const int cc = compute_capability(args.problem.device.index);
+  if (cc != 90) {
+    return "the device has compute capability " + std::to_string(cc / 10) + "." +
+           std::to_string(cc % 10) + " (sm_90a kernels run on 9.0 only)";
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string forward_layout_unsupported_reason(const detail::ForwardArgs& args) {
+  for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"q", &args.q},
+                                {"k", &args.k}, {"v", &args.v}, {"o", &args.o}}) {
+    std::string reason = alignment_problem(name, *t);
+    if (!reason.empty()) return reason;
+  }
+  return {};
+}
+
+ForwardFamilyChoice choose_forward_family(const detail::ForwardArgs& args) {
+  const char* env = std::getenv("FLASHPP_CUDA_FAMILY");
+  const std::string requested = env != nullptr ? env : "";
+  if (!requested.empty() && requested != "auto" && requested != "sm80" && requested != "sm90") {
+    throw Error(ErrorCode::invalid_argument,
+                "FLASHPP_CUDA_FAMILY: expected auto, sm80 or sm90, got '" + requested + "'");
+  }
+  if (requested == "sm80") return {ForwardFamily::sm80, "forced by FLASHPP_CUDA_FAMILY=sm80"};
+  const std::string reason = sm90_unavailable_reason(args);
+  if (requested == "sm90" && !reason.empty()) {
+    throw Error(ErrorCode::unsupported, "FLASHPP_CUDA_FAMILY=sm90: " + reason);
+  }
+  if (reason.empty()) return {ForwardFamily::sm90, {}};
+  return {ForwardFamily::sm80, reason};
+}
+
+void run_forward(const detail::ForwardArgs& args) {
+  const ForwardParams params = make_params(args);
+  const auto stream = static_cast<cudaStream_t>(args.stream);
+  if (choose_forward_family(args).family == ForwardFamily::sm90) {
+    sm90::run_forward(params, args, stream);
+  } else {
+    sm80::run_forward(params, args.problem, stream);
+  }
+}
+
+}  // namespace flashpp::cuda

@@ -1,0 +1,405 @@
+// The FlashAttention forward for Hopper (sm_90a): TMA loads, wgmma products, warp specialisation.
+//
+// One thread block computes one query tile (64 rows per consumer warpgroup) of one (batch, head).
+// Its warpgroups take two roles:
+//   producer (warpgroup 0, one thread): loads the Q tile once, then streams K and V tiles through
+//     a ring of `stages` shared-memory buffers with bulk tensor copies (TMA); each buffer has a
+//     "full" barrier per operand (the copy engine completes it) and one "empty" barrier that the
+//     consumers arrive on when they are done with it;
+//   consumers (warpgroups 1..): each owns 64 query rows and runs the FlashAttention loop on
+//     wgmma, with the softmax of one key tile overlapping the P V product of the previous one:
+//         S(j) = Q K(j)^T              issue (wgmma, both operands in shared memory)
+//         O += P(j-1) V(j-1)           issue (wgmma, P from registers)
+//         wait for S(j); softcap, mask, online softmax, dropout on S(j) -> P(j) (float)
+//         wait for the P V product; release buffer j-1; rescale O; P(j) -> 16-bit A fragments
+//     and at the end O / row sum and lse (common/forward_steps.cuh, shared with the sm80 family).
+// Key tiles are visited from the last one down, so the tiles that need an element mask under a
+// causal mask (the diagonal ones) come first; tiles the mask hides entirely are never loaded.
+// Rows and columns outside the tensors arrive as zeros from the copy engine.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "../../common/block_order.cuh"
+#include "../../common/forward_params.hpp"
+#include "../../common/forward_steps.cuh"
+#include "../../common/swizzle.cuh"
+#include "../../common/tile_range.hpp"
+#include "../../common/tma.cuh"
+#include "../../ptx/mbarrier.cuh"
+#include "../../ptx/warpgroup.cuh"
+#include "../../ptx/wgmma.cuh"
+
+namespace flashpp::cuda::sm90 {
+
+// Kernel parameters: the family-neutral ForwardParams plus the tensor maps of Q, K and V (boxes of
+// block_m or block_n rows x 64 columns, 128-byte swizzled; coordinates (column, row, head, batch)).
+struct Sm90ForwardParams {
+  ForwardParams args;
+  CUtensorMap q_map;
+  CUtensorMap k_map;
+  CUtensorMap v_map;
+};
+
+template <typename Element_, int kHeadDim_, typename Config>
+struct Sm90ForwardTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kConsumers = Config::consumers;
+  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kBlockN = Config::block_n;
+  static constexpr int kStages = Config::stages;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kPaddedHeadDim = (kHeadDim + 63) / 64 * 64;
+  static constexpr int kPanels = kPaddedHeadDim / 64;
+
+  // The row view of common/forward_steps.cuh: a warp owns 16 rows of its warpgroup's 64.
+  static constexpr int kRowsPerWarp = 16;
+  static constexpr int kMTiles = 1;
+  static constexpr int kNTiles = kBlockN / 8;
+  static constexpr int kDTiles = kHeadDim / 8;
+  static constexpr bool kSkipUnchangedRescale = kHeadDim >= 128;
+
+  using QTile = SwizzledTile<kBlockM, kPaddedHeadDim>;
+  using KVTile = SwizzledTile<kBlockN, kPaddedHeadDim>;
+  static constexpr int kQPanelBytes = kBlockM * 128;
+  static constexpr int kKVPanelBytes = kBlockN * 128;
+  static constexpr int kBarriers = 1 + 4 * kStages;  // Q full; per stage K/V full, K/V empty
+  static constexpr int kSmemBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes + 8 * kBarriers;
+
+  // Registers per thread after the reallocation (the block's 64K split between the roles).
+  static constexpr int kProducerRegisters = kConsumers == 2 ? 24 : 32;
+  static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
+
+  static_assert(kBlockN % 16 == 0 && kHeadDim % 8 == 0, "tile shapes");
+  static_assert(kBlockN <= 256 && kBlockM <= 256, "a TMA box has at most 256 rows");
+};
+
+// Shared memory: tiles first (the base is 1024-byte aligned, every panel a multiple of 1024 bytes),
+// then the barriers.
+template <typename Traits>
+struct SharedStorage {
+  using Element = typename Traits::Element;
+  unsigned char* base;
+
+  __device__ Element* q() const { return reinterpret_cast<Element*>(base); }
+  __device__ Element* k(int stage) const {
+    return reinterpret_cast<Element*>(base + Traits::QTile::kBytes + (2 * stage) * Traits::KVTile::kBytes);
+  }
+  __device__ Element* v(int stage) const {
+    return reinterpret_cast<Element*>(base + Traits::QTile::kBytes +
+                                      (2 * stage + 1) * Traits::KVTile::kBytes);
+  }
+  __device__ std::uint64_t* barriers() const {
+    return reinterpret_cast<std::uint64_t*>(base + Traits::QTile::kBytes +
+                                            2 * Traits::kStages * Traits::KVTile::kBytes);
+  }
+  __device__ std::uint64_t* q_full() const { return barriers(); }
+  __device__ std::uint64_t* k_full(int stage) const { return barriers() + 1 + stage; }
+  __device__ std::uint64_t* v_full(int stage) const { return barriers() + 1 + Traits::kStages + stage; }
+  __device__ std::uint64_t* k_empty(int stage) const {
+    return barriers() + 1 + 2 * Traits::kStages + stage;
+  }
+  __device__ std::uint64_t* v_empty(int stage) const {
+    return barriers() + 1 + 3 * Traits::kStages + stage;
+  }
+};
+
+// Named barriers of this kernel (0 is __syncthreads); each id below is the first of a block of
+// one barrier per consumer warpgroup.
+enum class ForwardBarrier : int { consumer_epilogue = 1, issue_turn = 4 };
+
+// FLASHPP_SM90_PINGPONG=0 (compile definition) lets the consumer warpgroups issue their products
+// whenever they are ready, for A/B runs against the default turn-taking.
+#ifndef FLASHPP_SM90_PINGPONG
+#define FLASHPP_SM90_PINGPONG 1
+#endif
+
+// Pingpong between consumer warpgroups: they take turns to issue their wgmma, in a fixed
+// rotation, so that while one warpgroup runs its softmax the tensor cores work on the products
+// the next one issued (without turns the warpgroups drift into step: all multiply, then all
+// exponentiate). A turn is a named barrier of two warpgroups: the one whose turn it is waits on
+// its barrier, the one before it in the rotation arrives there after issuing.
+template <int kConsumers>
+struct IssueTurns {
+  int consumer;
+
+  __device__ int barrier(int c) const { return static_cast<int>(ForwardBarrier::issue_turn) + c; }
+  // The rotation starts with consumer 0: the last consumer opens its first turn.
+  __device__ void start() const {
+    if (FLASHPP_SM90_PINGPONG && consumer == kConsumers - 1) ptx::named_barrier_arrive(barrier(0), 256);
+  }
+  __device__ void wait() const {
+    if (FLASHPP_SM90_PINGPONG) ptx::named_barrier_sync(barrier(consumer), 256);
+  }
+  // `last`: this warpgroup's final turn; the last consumer then opens no further turn of
+  // consumer 0 (every arrival must meet a wait).
+  __device__ void pass(bool last) const {
+    if (FLASHPP_SM90_PINGPONG && !(last && consumer == kConsumers - 1)) {
+      ptx::named_barrier_arrive(barrier((consumer + 1) % kConsumers), 256);
+    }
+  }
+};
+
+// The work item of this block: which query tile of which (batch, head), and its key tiles.
+struct ForwardTile {
+  std::int64_t b, h, h_kv, bh, m0, m_end;
+  KeyTileRange keys;
+};
+
+template <typename Traits>
+__device__ __forceinline__ ForwardTile forward_tile(const ForwardParams& p) {
+  // Later query tiles see more keys under a causal mask: they start first (block_order.cuh).
+  const BlockItem item = block_item(static_cast<std::int64_t>(blockIdx.y) * gridDim.x + blockIdx.x,
+                                    gridDim.x, gridDim.y, p.heads_per_group);
+  ForwardTile t;
+  t.bh = p.bh_offset + item.head;
+  t.b = t.bh / p.Hq;
+  t.h = t.bh % p.Hq;
+  t.h_kv = t.h / p.heads_per_kv;
+  t.m0 = (gridDim.x - 1 - item.rank) * Traits::kBlockM;
+  t.m_end = t.m0 + Traits::kBlockM < p.Nq ? t.m0 + Traits::kBlockM : p.Nq;
+  t.keys = key_tile_range(p.mask, p.Nk, t.m0, t.m_end, Traits::kBlockN);
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Producer: one thread issues every copy
+// ---------------------------------------------------------------------------------------------
+
+// Before the copy of key tile j into `stage`, the consumers must have released tile j - stages
+// there: the (j / stages - 1)-th completion of that buffer's empty barrier. K and V buffers are
+// released separately: K once S = Q K^T has completed, V only after P V, an iteration later.
+__device__ __forceinline__ void wait_buffer_empty(std::uint64_t* empty, int stages, int j) {
+  if (j >= stages) mbarrier_wait(empty, static_cast<std::uint32_t>(j / stages - 1) & 1u);
+}
+
+template <typename Traits>
+__device__ __forceinline__ void load_q_and_kv_tiles(const Sm90ForwardParams& params,
+                                                    const SharedStorage<Traits>& smem,
+                                                    const ForwardTile& tile) {
+  const int h = static_cast<int>(tile.h), h_kv = static_cast<int>(tile.h_kv);
+  const int b = static_cast<int>(tile.b);
+  mbarrier_expect_bytes(smem.q_full(), Traits::QTile::kBytes);
+#pragma unroll
+  for (int panel = 0; panel < Traits::kPanels; ++panel) {
+    tma_load_4d(reinterpret_cast<unsigned char*>(smem.q()) + panel * Traits::kQPanelBytes,
+                &params.q_map, panel * 64, static_cast<int>(tile.m0), h, b, smem.q_full());
+  }
+  const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
+  for (int j = 0; j < num_tiles; ++j) {
+    const int stage = j % Traits::kStages;
+    wait_buffer_empty(smem.k_empty(stage), Traits::kStages, j);
+    const int n0 = static_cast<int>((tile.keys.end - 1 - j) * Traits::kBlockN);
+    mbarrier_expect_bytes(smem.k_full(stage), Traits::KVTile::kBytes);
+#pragma unroll
+    for (int panel = 0; panel < Traits::kPanels; ++panel) {
+      tma_load_4d(reinterpret_cast<unsigned char*>(smem.k(stage)) + panel * Traits::kKVPanelBytes,
+                  &params.k_map, panel * 64, n0, h_kv, b, smem.k_full(stage));
+    }
+    wait_buffer_empty(smem.v_empty(stage), Traits::kStages, j);
+    mbarrier_expect_bytes(smem.v_full(stage), Traits::KVTile::kBytes);
+#pragma unroll
+    for (int panel = 0; panel < Traits::kPanels; ++panel) {
+      tma_load_4d(reinterpret_cast<unsigned char*>(smem.v(stage)) + panel * Traits::kKVPanelBytes,
+                  &params.v_map, panel * 64, n0, h_kv, b, smem.v_full(stage));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumer: the FlashAttention loop of one warpgroup
+// ---------------------------------------------------------------------------------------------
+
+// S = Q(this warpgroup's 64 rows) K(stage)^T over the head dim: kHeadDim/16 wgmma, one group.
+template <typename Traits>
+__device__ __forceinline__ void issue_scores(float (&s)[Traits::kNTiles][4],
+                                             const SharedStorage<Traits>& smem, int consumer,
+                                             int stage) {
+  using Mma = ptx::WgmmaShape<Traits::kBlockN, typename Traits::Element>;
+  const std::uint64_t q_desc = ptx::smem_descriptor<ptx::Major::k>(
+      reinterpret_cast<unsigned char*>(smem.q()) + consumer * 64 * 128, 0);
+  const std::uint64_t k_desc = ptx::smem_descriptor<ptx::Major::k>(smem.k(stage), 0);
+  auto& acc = reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+    // k16 step kk: panel kk/4, 32 bytes per step inside the panel's 128-byte rows.
+    const std::uint32_t q_step = (kk / 4) * Traits::kQPanelBytes + (kk % 4) * 32;
+    const std::uint32_t k_step = (kk / 4) * Traits::kKVPanelBytes + (kk % 4) * 32;
+    Mma::template ss<0>(acc, ptx::advance_descriptor(q_desc, q_step),
+                        ptx::advance_descriptor(k_desc, k_step), kk > 0 ? 1 : 0);
+  }
+  ptx::wgmma_commit();
+}
+
+// O += P V(stage): kBlockN/16 wgmma with P's 16-bit A fragments from registers, V read MN-major.
+template <typename Traits>
+__device__ __forceinline__ void issue_pv(float (&o)[Traits::kDTiles][4],
+                                         std::uint32_t (&p)[Traits::kBlockN / 16][4],
+                                         const SharedStorage<Traits>& smem, int stage) {
+  using Mma = ptx::WgmmaShape<Traits::kHeadDim, typename Traits::Element>;
+  const std::uint64_t v_desc =
+      ptx::smem_descriptor<ptx::Major::mn>(smem.v(stage), Traits::kKVPanelBytes);
+  auto& acc = reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) {
+    Mma::template rs<1>(acc, p[kk], ptx::advance_descriptor(v_desc, kk * 16 * 128), 1);
+  }
+  ptx::wgmma_commit();
+}
+
+// P (float, score layout) -> the 16-bit A fragments of the P V product: two adjacent 8-key tiles
+// make one k16 fragment.
+template <typename Traits>
+__device__ __forceinline__ void convert_p(std::uint32_t (&p)[Traits::kBlockN / 16][4],
+                                          const float (&s)[Traits::kNTiles][4]) {
+  using Element = typename Traits::Element;
+#pragma unroll
+  for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) {
+    p[kk][0] = pack_pair<Element>(s[2 * kk][0], s[2 * kk][1]);
+    p[kk][1] = pack_pair<Element>(s[2 * kk][2], s[2 * kk][3]);
+    p[kk][2] = pack_pair<Element>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    p[kk][3] = pack_pair<Element>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+}
+
+// A K or V buffer is free again: each consumer warp has seen its last wgmma on it complete, and
+// arrives once on the buffer's empty barrier.
+__device__ __forceinline__ void release_buffer(std::uint64_t* empty, int lane) {
+  __syncwarp();
+  if (lane == 0) ptx::mbarrier_arrive(empty);
+}
+
+// kExtras: the instantiation that also handles softcap and dropout (their code costs registers,
+// so the plain one leaves it out).
+template <typename Traits, bool kExtras>
+__device__ __forceinline__ void consumer_mainloop(const Sm90ForwardParams& params,
+                                                  const SharedStorage<Traits>& smem,
+                                                  const ForwardTile& tile, int consumer) {
+  const ForwardParams& p = params.args;
+  const int lane = threadIdx.x & 31;
+  const int warp_in_group = (threadIdx.x / 32) & 3;
+  const int warp_row0 = consumer * 64 + warp_in_group * 16;  // within the block's query tile
+  const std::int64_t row0 = tile.m0 + warp_row0;
+
+  float o[1][Traits::kDTiles][4];
+  float row_max[1][2] = {{-INFINITY, -INFINITY}};
+  float row_sum[1][2] = {{0.0f, 0.0f}};
+#pragma unroll
+  for (int dt = 0; dt < Traits::kDTiles; ++dt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) o[0][dt][c] = 0.0f;
+
+  const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
+  if (num_tiles > 0) {
+    const auto bh32 = static_cast<std::uint32_t>(tile.bh);
+    // The element-wise steps of one score tile, in the paper's order; the rescale of O they ask
+    // for comes back in `correction` (1 for the first tile, whose O is still zero).
+    auto softmax_steps = [&](float (&s)[1][Traits::kNTiles][4], std::int64_t n_block) {
+      const std::int64_t n0 = n_block * Traits::kBlockN;
+      if (kExtras && p.softcap > 0.0f) apply_softcap<Traits>(s, p);
+      if (tile.keys.needs_mask(n_block)) apply_mask<Traits>(s, p, row0, n0, lane);
+      const SoftmaxCorrection<Traits> correction =
+          online_softmax_update<Traits>(s, row_max, row_sum, p.scale_log2);
+      if (kExtras && p.dropout.threshold != 0) apply_dropout<Traits>(s, p, bh32, row0, n0, lane);
+      return correction;
+    };
+
+    std::uint32_t p_frag[Traits::kBlockN / 16][4];
+    const IssueTurns<Traits::kConsumers> turns{consumer};
+    turns.start();
+    mbarrier_wait(smem.q_full(), 0);
+
+    // Tile 0 (the last key tile): scores, softmax, nothing to overlap with yet.
+    {
+      float s[1][Traits::kNTiles][4];
+      mbarrier_wait(smem.k_full(0), 0);
+      turns.wait();
+      issue_scores<Traits>(s[0], smem, consumer, 0);
+      turns.pass(false);
+      ptx::wgmma_wait<0>();
+      ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
+      release_buffer(smem.k_empty(0), lane);
+      softmax_steps(s, tile.keys.end - 1);  // O is still zero: no rescale
+      convert_p<Traits>(p_frag, s[0]);
+    }
+    for (int j = 1; j < num_tiles; ++j) {
+      const int stage = j % Traits::kStages, prev_stage = (j - 1) % Traits::kStages;
+      const std::uint32_t phase = (j / Traits::kStages) & 1u;
+      const std::uint32_t prev_phase = ((j - 1) / Traits::kStages) & 1u;
+      float s[1][Traits::kNTiles][4];
+      mbarrier_wait(smem.k_full(stage), phase);
+      mbarrier_wait(smem.v_full(prev_stage), prev_phase);
+      turns.wait();
+      issue_scores<Traits>(s[0], smem, consumer, stage);
+      issue_pv<Traits>(o[0], p_frag, smem, prev_stage);
+      turns.pass(false);
+      ptx::wgmma_wait<1>();  // S(j) has landed; P(j-1) V(j-1) may still run
+      ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
+      release_buffer(smem.k_empty(stage), lane);
+      const SoftmaxCorrection<Traits> correction = softmax_steps(s, tile.keys.end - 1 - j);
+      ptx::wgmma_wait<0>();
+      ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o));
+      ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockN / 4]>(p_frag));
+      release_buffer(smem.v_empty(prev_stage), lane);
+      rescale_output<Traits>(o, correction);
+      convert_p<Traits>(p_frag, s[0]);
+    }
+    const int last = num_tiles - 1;
+    mbarrier_wait(smem.v_full(last % Traits::kStages), (last / Traits::kStages) & 1u);
+    turns.wait();
+    issue_pv<Traits>(o[0], p_frag, smem, last % Traits::kStages);
+    turns.pass(true);
+    ptx::wgmma_wait<0>();
+    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o));
+    ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockN / 4]>(p_frag));
+  }
+
+  // Every warp of this warpgroup is done reading its Q rows (the last wgmma has completed in all
+  // four) before write_output stages O through them.
+  ptx::named_barrier_sync(static_cast<int>(ForwardBarrier::consumer_epilogue) + consumer, 128);
+  write_output<Traits>(o, row_max, row_sum, p, tile.b, tile.h, tile.m0, warp_row0, lane, smem.q());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel
+// ---------------------------------------------------------------------------------------------
+
+template <typename Traits, bool kExtras>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    flash_fwd_sm90_kernel(const __grid_constant__ Sm90ForwardParams params) {
+#if FLASHPP_WGMMA_AVAILABLE
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const SharedStorage<Traits> smem{smem_raw};
+  const ForwardTile tile = forward_tile<Traits>(params.args);
+
+  if (threadIdx.x == 0) {
+    ptx::mbarrier_init(smem.q_full(), 1);
+    for (int s = 0; s < Traits::kStages; ++s) {
+      ptx::mbarrier_init(smem.k_full(s), 1);
+      ptx::mbarrier_init(smem.v_full(s), 1);
+      ptx::mbarrier_init(smem.k_empty(s), 4 * Traits::kConsumers);  // one arrival per warp
+      ptx::mbarrier_init(smem.v_empty(s), 4 * Traits::kConsumers);
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int warpgroup = ptx::warpgroup_index();
+  if (warpgroup == 0) {
+    ptx::release_registers<Traits::kProducerRegisters>();
+    if (threadIdx.x == 0 && !tile.keys.empty()) load_q_and_kv_tiles<Traits>(params, smem, tile);
+  } else {
+    ptx::claim_registers<Traits::kConsumerRegisters>();
+    consumer_mainloop<Traits, kExtras>(params, smem, tile, warpgroup - 1);
+  }
+#endif
+}
+
+}  // namespace flashpp::cuda::sm90

@@ -1,0 +1,51 @@
+// Tile shapes of the sm90 forward per instantiated head dim.
+//
+//   consumers: consumer warpgroups; each owns 64 query rows, so block_m = 64 * consumers
+//   block_n:   keys per K/V tile (the N of S = Q K^T, the K of O += P V; a multiple of 16)
+//   stages:    K/V tiles in flight through shared memory (the TMA ring)
+//
+// Shared memory per block: block_m x padded D (Q) + 2 x stages x block_n x padded D (K, V), 16-bit,
+// padded D = head dim rounded up to 64 columns (the swizzled panels), within the 227 KB a Hopper
+// block may use. The starting points are FlashAttention-3's published shapes where they fit this
+// kernel; docs/perf-notes.md records what each entry measured.
+#pragma once
+
+namespace flashpp::cuda::sm90 {
+
+template <int kConsumers, int kBlockN, int kStages>
+struct Sm90TileShape {
+  static constexpr int consumers = kConsumers;
+  static constexpr int block_n = kBlockN;
+  static constexpr int stages = kStages;
+};
+
+template <int kHeadDim>
+struct ForwardTileConfig;
+
+// FLASHPP_SM90_FWD_VARIANT (a compile definition, default 0) selects an alternative table for
+// tuning runs on the lent GPU (tools/gpu_check.sh --variant NAME -DFLASHPP_SM90_FWD_VARIANT=1).
+#ifndef FLASHPP_SM90_FWD_VARIANT
+#define FLASHPP_SM90_FWD_VARIANT 0
+#endif
+
+#if FLASHPP_SM90_FWD_VARIANT == 1  // deeper at D=64; FlashAttention-3's wider key tiles at D=128
+template <> struct ForwardTileConfig<64> : Sm90TileShape<2, 128, 6> {};
+template <> struct ForwardTileConfig<96> : Sm90TileShape<2, 128, 3> {};
+template <> struct ForwardTileConfig<128> : Sm90TileShape<2, 176, 2> {};
+template <> struct ForwardTileConfig<192> : Sm90TileShape<2, 96, 2> {};
+template <> struct ForwardTileConfig<256> : Sm90TileShape<2, 80, 2> {};
+#elif FLASHPP_SM90_FWD_VARIANT == 2  // the first table (two stages everywhere)
+template <> struct ForwardTileConfig<64> : Sm90TileShape<2, 128, 2> {};
+template <> struct ForwardTileConfig<96> : Sm90TileShape<2, 128, 2> {};
+template <> struct ForwardTileConfig<128> : Sm90TileShape<2, 128, 2> {};
+template <> struct ForwardTileConfig<192> : Sm90TileShape<2, 96, 2> {};
+template <> struct ForwardTileConfig<256> : Sm90TileShape<2, 64, 2> {};
+#else
+template <> struct ForwardTileConfig<64> : Sm90TileShape<2, 128, 4> {};
+template <> struct ForwardTileConfig<96> : Sm90TileShape<2, 128, 3> {};
+template <> struct ForwardTileConfig<128> : Sm90TileShape<2, 128, 3> {};
+template <> struct ForwardTileConfig<192> : Sm90TileShape<2, 64, 3> {};
+template <> struct ForwardTileConfig<256> : Sm90TileShape<2, 64, 2> {};
+#endif
+
+}  // namespace flashpp::cuda::sm90

@@ -1,0 +1,188 @@
+// The CUDA forward's kernel families, each forced in turn (FLASHPP_CUDA_FAMILY), against the float64
+// oracle: sm80 everywhere, sm90 on compute capability 9.0 devices of builds with sm_90a. The cases
+// reach what the family-specific code does: many key tiles (the TMA ring wraps its phases), the
+// last partial tile, every head dim class and rounded-up dims, GQA, Nq != Nk with both causal
+// alignments, windows that mask both ends of a row, softcap, dropout, rows with no visible key,
+// strided views. The criterion is the sweep's (test_forward_vs_oracle.cpp): at most 2x the
+// error of the naive computation in the storage dtype, and within the float32-kernel tolerance.
+#include <gtest/gtest.h>
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/metrics.hpp"
+#include "common/tolerance.hpp"
+#include "gpu_buffer.hpp"
+#include "gpu_runner.hpp"
+
+namespace flashpp {
+namespace {
+
+using test::AttentionCase;
+using test::Layout;
+
+// Sets FLASHPP_CUDA_FAMILY for the lifetime of the guard.
+class FamilyGuard {
+ public:
+  explicit FamilyGuard(const char* family) { setenv("FLASHPP_CUDA_FAMILY", family, 1); }
+  ~FamilyGuard() { unsetenv("FLASHPP_CUDA_FAMILY"); }
+};
+
+bool device_is_sm90() {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  return major == 9 && minor == 0;
+}
+
+AttentionCase make_case(std::int64_t B, std::int64_t Nq, std::int64_t Nk, std::int64_t Hq,
+                        std::int64_t Hkv, std::int64_t D, DType dtype, Layout layout,
+                        Options options = {}) {
+  AttentionCase c;
+  c.shape = {B, Nq, Nk, Hq, Hkv, D};
+  c.dtype = dtype;
+  c.layout = layout;
+  c.options = options;
+  c.seed = static_cast<std::uint64_t>(B * 7919 + Nq * 613 + Nk * 37 + D * 11 + Hq * 3 + Hkv);
+  return c;
+}
+
+Options causal(Alignment a) {
+  Options o;
+  o.causal = true;
+  o.alignment = a;
+  return o;
+}
+
+std::vector<AttentionCase> family_cases(DType dt) {
+  std::vector<AttentionCase> cases;
+  // Every head dim class, many key tiles (ring phases wrap), last tile partial.
+  for (std::int64_t D : {40, 64, 96, 128, 136, 192, 256}) {
+    cases.push_back(make_case(1, 300, 1100, 2, 1, D, dt, Layout::bnhd));
+    cases.push_back(make_case(1, 1100, 1100, 2, 2, D, dt, Layout::bhnd, causal(Alignment::top_left)));
+  }
+  // Tiny key lengths with many query rows (keys past Nk must read as zero, never as garbage).
+  for (std::int64_t Nk : {1, 2, 3}) {
+    cases.push_back(make_case(2, 1537, Nk, 2, 2, 224, dt, Layout::bnhd, causal(Alignment::top_left)));
+    cases.push_back(make_case(1, 1537, Nk, 2, 1, 64, dt, Layout::bnhd));
+  }
+  // GQA 4:1 and MQA, Nq != Nk both ways, both alignments.
+  cases.push_back(make_case(1, 2000, 900, 8, 2, 128, dt, Layout::bnhd, causal(Alignment::bottom_right)));
+  cases.push_back(make_case(1, 257, 2000, 4, 1, 64, dt, Layout::bhnd, causal(Alignment::top_left)));
+  cases.push_back(make_case(2, 700, 300, 3, 3, 128, dt, Layout::bnhd, causal(Alignment::bottom_right)));
+  // Windows: rows whose range starts and ends inside the key range.
+  {
+    Options o;
+    o.window_left = 200;
+    o.window_right = 33;
+    cases.push_back(make_case(1, 900, 900, 2, 1, 128, dt, Layout::bnhd, o));
+    o.alignment = Alignment::bottom_right;
+    o.window_right = 0;
+    cases.push_back(make_case(1, 300, 1000, 2, 2, 64, dt, Layout::bhnd, o));
+  }
+  // Softcap, dropout (the oracle applies the same Philox mask), both with causal.
+  {
+    Options o = causal(Alignment::top_left);
+    o.softcap = 5.0f;
+    o.softmax_scale = 0.5f;
+    cases.push_back(make_case(1, 600, 600, 2, 2, 128, dt, Layout::bnhd, o));
+    o.softcap = 0.0f;
+    o.softmax_scale = 0.0f;
+    o.dropout_p = 0.15f;
+    o.seed = 99;
+    o.offset = 5;
+    cases.push_back(make_case(1, 500, 700, 2, 1, 64, dt, Layout::bnhd, o));
+    cases.push_back(make_case(1, 333, 333, 2, 2, 256, dt, Layout::bhnd, o));
+  }
+  // No keys at all, and rows with no visible key (bottom-right with Nq > Nk).
+  cases.push_back(make_case(1, 130, 0, 2, 2, 128, dt, Layout::bnhd));
+  cases.push_back(make_case(1, 400, 100, 2, 2, 128, dt, Layout::bnhd, causal(Alignment::bottom_right)));
+  return cases;
+}
+
+struct FamilyParam {
+  const char* family;
+  DType dtype;
+};
+
+class ForwardFamilies : public ::testing::TestWithParam<FamilyParam> {};
+
+TEST_P(ForwardFamilies, MatchOracle) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  const FamilyParam param = GetParam();
+  if (std::string(param.family) == "sm90" && !device_is_sm90()) {
+    GTEST_SKIP() << "the sm90 family runs on compute capability 9.0 only";
+  }
+  const FamilyGuard guard(param.family);
+  const double u = test::unit_roundoff(param.dtype);
+  const test::Tolerance tol = test::float32_kernel_tolerance(param.dtype);
+  for (const AttentionCase& c : family_cases(param.dtype)) {
+    SCOPED_TRACE(std::string(param.family) + " " + c.describe());
+    const test::AttentionInputs in = test::make_inputs(c);
+    const test::ForwardOutputs ours = gpu_test::run_forward_cuda(in, c.options);
+    const test::OracleResult ref = test::run_oracle(in, c.options, /*with_backward=*/false);
+    const test::HostTensor naive = gpu_test::naive_forward_in_dtype(in, c.options);
+    EXPECT_EQ(test::count_nan(ours.o), 0) << "O has unwritten (NaN) elements";
+    EXPECT_TRUE(ours.o.gaps_untouched());
+    const double err = test::relative_error(ours.o, ref.fwd.o);
+    const double naive_err = test::relative_error(naive, ref.fwd.o);
+    EXPECT_LE(err, 2.0 * naive_err + 0.25 * u)
+        << "naive error " << naive_err << "; " << test::worst_element(ours.o, ref.fwd.o);
+    EXPECT_LE(err, tol.o) << test::worst_element(ours.o, ref.fwd.o);
+    EXPECT_LE(test::max_scaled_error(ours.lse, ref.fwd.lse), tol.lse)
+        << test::worst_element(ours.lse, ref.fwd.lse);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, ForwardFamilies,
+    ::testing::Values(FamilyParam{"sm80", DType::f16}, FamilyParam{"sm80", DType::bf16},
+                      FamilyParam{"sm90", DType::f16}, FamilyParam{"sm90", DType::bf16}),
+    [](const auto& info) {
+      return std::string(info.param.family) + "_" + to_string(info.param.dtype);
+    });
+
+// A forced family that cannot run is an error naming the variable, never a silent switch.
+TEST(ForwardFamilies, BadFamilyNameIsAnError) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  const FamilyGuard guard("sm75");
+  const AttentionCase c = make_case(1, 16, 16, 1, 1, 64, DType::f16, Layout::bnhd);
+  const test::AttentionInputs in = test::make_inputs(c);
+  try {
+    gpu_test::run_forward_cuda(in, c.options);
+    FAIL() << "FLASHPP_CUDA_FAMILY=sm75 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("FLASHPP_CUDA_FAMILY"), std::string::npos) << e.what();
+  }
+}
+
+// Small shapes of the sm90 family for compute-sanitizer (the '*Small*' filter of gpu_check.sh):
+// several ring phases, a partial last tile, masked and unmasked tiles, extras on.
+TEST(ForwardSm90Small, SanitizerShapes) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  if (!device_is_sm90()) GTEST_SKIP() << "the sm90 family runs on compute capability 9.0 only";
+  const FamilyGuard guard("sm90");
+  std::vector<AttentionCase> cases;
+  cases.push_back(make_case(1, 200, 600, 2, 1, 128, DType::f16, Layout::bnhd));
+  cases.push_back(make_case(1, 150, 150, 1, 1, 64, DType::bf16, Layout::bhnd, causal(Alignment::bottom_right)));
+  {
+    Options o = causal(Alignment::top_left);
+    o.dropout_p = 0.3f;
+    o.softcap = 8.0f;
+    cases.push_back(make_case(1, 100, 300, 1, 1, 256, DType::f16, Layout::bnhd, o));
+  }
+  cases.push_back(make_case(1, 70, 3, 1, 1, 192, DType::bf16, Layout::bnhd));
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE(c.describe());
+    const test::AttentionInputs in = test::make_inputs(c);
+    const test::ForwardOutputs ours = gpu_test::run_forward_cuda(in, c.options);
+    const test::OracleResult ref = test::run_oracle(in, c.options, false);
+    EXPECT_LE(test::relative_error(ours.o, ref.fwd.o), test::float32_kernel_tolerance(c.dtype).o);
+  }
+}
+
+}  // namespace
+}  // namespace flashpp

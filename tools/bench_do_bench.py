@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""flashpp against torch SDPA timed with triton.testing.do_bench, one provider at a time (the seeds'
+method: each provider's median over back-to-back calls, host launch work included whenever the GPU
+waits on the host). Companion of tools/gpu_compare.py (interleaved GPU-time rounds); the issues ask
+for both. flashpp is called through its C API (libflashpp.so, ctypes, views built once).
+
+  python3 tools/bench_do_bench.py --lib build-gpu/libflashpp.so [--dims 64,128] [--seqlens 4096,16384]
+      [--dtypes fp16,bf16] [--fwd-only] [--peers flash,cudnn] [--alt sm80=env:FLASHPP_CUDA_FAMILY=sm80]
+      [--shape B,Hq,Hkv,Nq,Nk,D]...
+
+B=4, Hq=32 (B=2 at N=16384, as the Hopper issues state); --shape adds other problems (GQA, Nq != Nk).
+"""
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+import triton.testing
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_compare import Flashpp, WithEnv  # noqa: E402
+
+PEERS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+         "efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def flops_fwd(B, Hq, Nq, Nk, D, causal):
+    """4·B·Hq·(visible query-key pairs)·D: all Nq·Nk pairs, or under top-left causal (SDPA's
+    is_causal) row i's min(i + 1, Nk) keys, which is Nq·Nk/2 (the usual halving) when Nq = Nk."""
+    if not causal:
+        pairs = Nq * Nk
+    elif Nq == Nk:
+        pairs = Nq * Nk / 2
+    else:
+        full = max(0, Nq - Nk)  # rows that see every key
+        part = Nq - full
+        pairs = part * (part + 1) / 2 + full * Nk
+    return 4.0 * B * Hq * pairs * D
+
+
+def bench(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd):
+    torch.manual_seed(0)
+    q = torch.randn(B, Nq, Hq, D, device="cuda", dtype=dtype)
+    k, v = (torch.randn(B, Nk, Hkv, D, device="cuda", dtype=dtype) for _ in range(2))
+    do = torch.randn_like(q)
+    o, dq, dk, dv = torch.empty_like(q), torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    lse = torch.empty(B, Hq, Nq, device="cuda", dtype=torch.float32)
+    res = {}
+    ffl = flops_fwd(B, Hq, Nq, Nk, D, causal)
+    for name, lib in libs.items():
+        opts = lib.fp.options(causal) if isinstance(lib, WithEnv) else lib.options(causal)
+        if do_fwd:
+            fn = lib.bound("fwd", (q, k, v, o, lse), opts)
+            res[("fwd", name)] = ffl / triton.testing.do_bench(fn, return_mode="median") / 1e9
+        if do_bwd:
+            lib.bound("fwd", (q, k, v, o, lse), opts)()
+            fn = lib.bound("bwd", (q, k, v, o, lse, do, dq, dk, dv), opts)
+            res[("bwd", name)] = 2.5 * ffl / triton.testing.do_bench(fn, return_mode="median") / 1e9
+    gqa = Hq != Hkv
+    qt = q.transpose(1, 2).detach().requires_grad_(do_bwd)
+    kt, vt = (x.transpose(1, 2).detach().requires_grad_(do_bwd) for x in (k, v))
+    dot = do.transpose(1, 2)
+    for name in peers:
+        try:
+            with sdpa_kernel(PEERS[name]):
+                def fwd():
+                    return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa)
+                out = fwd()
+                if do_fwd:
+                    res[("fwd", name)] = ffl / triton.testing.do_bench(fwd, return_mode="median") / 1e9
+                if do_bwd:
+                    def bwd():
+                        return torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True)
+                    res[("bwd", name)] = 2.5 * ffl / triton.testing.do_bench(bwd, return_mode="median") / 1e9
+        except RuntimeError as e:
+            print(f"  {name} unavailable: {str(e).splitlines()[0][:100]}", flush=True)
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--seqlens", default="4096,16384")
+    ap.add_argument("--dtypes", default="fp16,bf16")
+    ap.add_argument("--peers", default="flash,cudnn")
+    ap.add_argument("--fwd-only", action="store_true")
+    ap.add_argument("--bwd-only", action="store_true")
+    ap.add_argument("--alt", action="append", default=[], metavar="NAME=env:VAR=VALUE")
+    ap.add_argument("--shape", action="append", default=[], metavar="B,Hq,Hkv,Nq,Nk,D")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    fp = Flashpp(args.lib)
+    libs = {"ours": fp}
+    for spec in args.alt:
+        name, env = spec.split("=", 1)
+        var, value = env[len("env:"):].split("=", 1)
+        libs[name] = WithEnv(fp, var, value)
+    peers = [p for p in args.peers.split(",") if p in PEERS]
+    dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
+    problems = []
+    for D in [int(d) for d in args.dims.split(",")]:
+        for N in [int(n) for n in args.seqlens.split(",")]:
+            B = 2 if N >= 16384 else 4
+            problems.append((B, 32, 32, N, N, D))
+    for s in args.shape:
+        problems.append(tuple(int(x) for x in s.split(",")))
+    names = list(libs) + peers
+    lines = [f"do_bench medians, TFLOPS; GPU {torch.cuda.get_device_name()}, torch {torch.__version__}"]
+    head = f"{'dir':3} {'dtype':5} {'B,Hq,Hkv,Nq,Nk,D':>24} {'causal':>6} | " + \
+        " ".join(f"{n:>8}" for n in names) + " | " + " ".join(f"{'ours/' + p:>11}" for p in peers)
+    for dname in args.dtypes.split(","):
+        for prob in problems:
+            for causal in (False, True):
+                res = bench(libs, peers, *prob, causal, dtypes[dname], not args.bwd_only, not args.fwd_only)
+                for d in ("fwd", "bwd"):
+                    if (d, "ours") not in res:
+                        continue
+                    cells = " ".join(f"{res.get((d, n), float('nan')):8.1f}" for n in names)
+                    ratios = " ".join(f"{res[(d, 'ours')] / res[(d, p)]:11.2f}" if (d, p) in res else f"{'-':>11}"
+                                      for p in peers)
+                    line = f"{d:3} {dname:5} {','.join(map(str, prob)):>24} {('yes' if causal else 'no'):>6} | {cells} | {ratios}"
+                    print(line, flush=True)
+                    lines.append(line)
+    out = "\n".join([lines[0], head] + lines[1:])
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "do_bench_table.txt"), "w") as f:
+        f.write(out + "\n")
+    print("\n" + out)
+
+
+if __name__ == "__main__":
+    main()
