@@ -24,19 +24,19 @@ def wrapper(n, ctype, ptype):
     acc = n // 2
     ss = (f'"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 2}, 0;\\n"\n'
           f'        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} "\n'
-          f'        "{{{regs(0, acc)}}}, %{acc}, %{acc + 1}, p, 1, 1, 0, %{acc + 3};\\n}}\\n"')
+          f'        "{{{regs(0, acc)}}}, %{acc}, %{acc + 1}, p, 1, 1, %{acc + 3}, %{acc + 4};\\n}}\\n"')
     rs = (f'"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 5}, 0;\\n"\n'
           f'        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} "\n'
           f'        "{{{regs(0, acc)}}}, {{{regs(acc, 4)}}}, %{acc + 4}, p, 1, 1, %{acc + 6};\\n}}\\n"')
     return f"""template <>
 struct WgmmaShape<{n}, {ctype}> {{
-  template <int kTransB>
+  template <int kTransA, int kTransB>
   __device__ __forceinline__ static void ss(float (&d)[{acc}], std::uint64_t a, std::uint64_t b,
                                             int accumulate) {{
     asm volatile(
         {ss}
         : {outputs(n)}
-        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
   }}
   template <int kTransB>
   __device__ __forceinline__ static void rs(float (&d)[{acc}], const std::uint32_t (&a)[4],

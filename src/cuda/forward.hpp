@@ -1,5 +1,5 @@
 // The CUDA forward, as called by src/cuda's entry points (backend.cpp). forward_dispatch.cpp picks
-// a kernel family (forward_families.hpp): sm90 (src/cuda/sm90/forward/) on Hopper, else sm80
+// a kernel family (families.hpp): sm90 (src/cuda/sm90/forward/) on Hopper, else sm80
 // (src/cuda/sm80/forward/).
 #pragma once
 

@@ -1,5 +1,5 @@
 // The CUDA forward's dispatch: checks the layout the kernels' copies need, flattens the validated
-// arguments into ForwardParams, and picks the kernel family (forward_families.hpp):
+// arguments into ForwardParams, and picks the kernel family (families.hpp):
 //   sm90 on a compute capability 9.0 device when the library was built for sm_90a,
 //   sm80 otherwise.
 // FLASHPP_CUDA_FAMILY=sm80 or =sm90 in the environment forces one (for A/B runs and tests); a
@@ -14,7 +14,7 @@
 
 #include "common/check_cuda.hpp"
 #include "forward.hpp"
-#include "forward_families.hpp"
+#include "families.hpp"
 
 #ifndef FLASHPP_HAS_SM90
 #define FLASHPP_HAS_SM90 0
@@ -85,10 +85,11 @@ int compute_capability(int device) {
   return major * 10 + minor;
 }
 
-// Why the sm90 family cannot run this call (empty when it can).
-std::string sm90_unavailable_reason(const detail::ForwardArgs& args) {
+}  // namespace
+
+std::string sm90_unavailable_reason(int device) {
   if (!FLASHPP_HAS_SM90) return "this build has no sm_90a kernels (FLASHPP_CUDA_ARCHS lacks 90a)";
-  const int cc = compute_capability(args.problem.device.index);
+  const int cc = compute_capability(device);
   if (cc != 90) {
     return "the device has compute capability " + std::to_string(cc / 10) + "." +
            std::to_string(cc % 10) + " (sm_90a kernels run on 9.0 only)";
@@ -96,7 +97,15 @@ std::string sm90_unavailable_reason(const detail::ForwardArgs& args) {
   return {};
 }
 
-}  // namespace
+std::string requested_family() {
+  const char* env = std::getenv("FLASHPP_CUDA_FAMILY");
+  const std::string requested = env != nullptr ? env : "";
+  if (!requested.empty() && requested != "auto" && requested != "sm80" && requested != "sm90") {
+    throw Error(ErrorCode::invalid_argument,
+                "FLASHPP_CUDA_FAMILY: expected auto, sm80 or sm90, got '" + requested + "'");
+  }
+  return requested == "auto" ? std::string() : requested;
+}
 
 std::string forward_layout_unsupported_reason(const detail::ForwardArgs& args) {
   for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"q", &args.q},
@@ -108,14 +117,9 @@ std::string forward_layout_unsupported_reason(const detail::ForwardArgs& args) {
 }
 
 ForwardFamilyChoice choose_forward_family(const detail::ForwardArgs& args) {
-  const char* env = std::getenv("FLASHPP_CUDA_FAMILY");
-  const std::string requested = env != nullptr ? env : "";
-  if (!requested.empty() && requested != "auto" && requested != "sm80" && requested != "sm90") {
-    throw Error(ErrorCode::invalid_argument,
-                "FLASHPP_CUDA_FAMILY: expected auto, sm80 or sm90, got '" + requested + "'");
-  }
+  const std::string requested = requested_family();
   if (requested == "sm80") return {ForwardFamily::sm80, "forced by FLASHPP_CUDA_FAMILY=sm80"};
-  const std::string reason = sm90_unavailable_reason(args);
+  const std::string reason = sm90_unavailable_reason(args.problem.device.index);
   if (requested == "sm90" && !reason.empty()) {
     throw Error(ErrorCode::unsupported, "FLASHPP_CUDA_FAMILY=sm90: " + reason);
   }

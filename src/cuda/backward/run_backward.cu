@@ -9,11 +9,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
 #include "../backward.hpp"
 #include "../common/check_cuda.hpp"
+#include "../families.hpp"
 #include "config.hpp"
 #include "launch.hpp"
 #include "params.hpp"
@@ -124,6 +126,21 @@ void dispatch_head_dim(const BackwardParams& p, bool deterministic, cudaStream_t
   }
 }
 
+// Why the sm90 family cannot run this backward (empty when it can): its device and build, and
+// what its first stage covers (head dims 64 and 128 after rounding up; no softcap, dropout or
+// deterministic mode, which run on the sm80 family).
+std::string sm90_backward_unsupported(const detail::BackwardArgs& a) {
+  std::string reason = sm90_unavailable_reason(a.problem.device.index);
+  if (!reason.empty()) return reason;
+  const int d = bwd::kernel_head_dim(a.problem.D);
+  if (d != 64 && d != 128) return "the sm90 backward covers head dims up to 64 and 65..128";
+  if (a.problem.softcap > 0.0f) return "the sm90 backward has no softcap yet";
+  if (a.problem.dropout.threshold != 0) return "the sm90 backward has no dropout yet";
+  if (a.deterministic) return "the sm90 backward has no deterministic mode yet";
+  if (a.problem.B * a.problem.Hkv > 65535) return "batch * kv heads above 65535";
+  return {};
+}
+
 // Largest grid the kernels flatten into blockIdx.x.
 constexpr std::int64_t kMaxBlocks = std::numeric_limits<std::int32_t>::max();
 
@@ -170,6 +187,16 @@ void run_backward(const detail::BackwardArgs& args) {
   }
   const BackwardParams p = make_params(args);
   const auto stream = static_cast<cudaStream_t>(args.stream);
+  // The sm90 backward runs only when asked for (FLASHPP_SM90_BACKWARD=1), on the problems its
+  // first stage covers: it is correct but slower than the sm80 family's backward on Hopper
+  // (0.85-0.95 of it, H100, run 26 in BENCHMARKS.md), so the automatic choice stays sm80 until
+  // it is faster. FLASHPP_CUDA_FAMILY=sm80 overrides it.
+  const char* opt_in = std::getenv("FLASHPP_SM90_BACKWARD");
+  if (opt_in != nullptr && std::string(opt_in) == "1" && requested_family() != "sm80" &&
+      sm90_backward_unsupported(args).empty()) {
+    sm90::run_backward(p, args, stream);
+    return;
+  }
   if (pr.dtype == DType::f16) {
     dispatch_head_dim<__half>(p, args.deterministic, stream);
   } else {

@@ -93,7 +93,8 @@ __device__ __forceinline__ void fence_registers(std::uint32_t (&x)[kCount]) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+r"(x[i])::"memory");
 }
 
-// m64nNk16 with float32 accumulators; T = __half or __nv_bfloat16. kTransB = 1 reads B MN-major.
+// m64nNk16 with float32 accumulators; T = __half or __nv_bfloat16. kTransA / kTransB = 1 read A
+// (ss only) / B MN-major.
 template <int N, typename T>
 struct WgmmaShape;
 
@@ -103,7 +104,7 @@ struct WgmmaShape;
 // Host passes and other targets see declarations only; calling them there is a build error.
 template <int N, typename T>
 struct WgmmaShape {
-  template <int kTransB>
+  template <int kTransA, int kTransB>
   __device__ static void ss(float (&d)[N / 2], std::uint64_t a, std::uint64_t b, int accumulate);
   template <int kTransB>
   __device__ static void rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t b,

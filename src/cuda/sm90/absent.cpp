@@ -1,11 +1,15 @@
 // Builds without sm_90a (FLASHPP_CUDA_ARCHS lacks 90a) have no sm90 kernels; the dispatcher never
 // picks the family there (FLASHPP_HAS_SM90 = 0), and this definition only satisfies the linker.
-#include "../forward_families.hpp"
+#include "../families.hpp"
 
 namespace flashpp::cuda::sm90 {
 
 void run_forward(const ForwardParams&, const detail::ForwardArgs&, cudaStream_t) {
   throw Error(ErrorCode::internal, "the sm90 forward was called in a build without sm_90a");
+}
+
+void run_backward(const bwd::BackwardParams&, const detail::BackwardArgs&, cudaStream_t) {
+  throw Error(ErrorCode::internal, "the sm90 backward was called in a build without sm_90a");
 }
 
 }  // namespace flashpp::cuda::sm90

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "../../forward_families.hpp"
+#include "../../families.hpp"
 
 namespace flashpp::cuda {
 namespace sm80 {

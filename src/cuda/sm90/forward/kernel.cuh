@@ -231,7 +231,7 @@ __device__ __forceinline__ void issue_scores(float (&s)[Traits::kNTiles][4],
     // k16 step kk: panel kk/4, 32 bytes per step inside the panel's 128-byte rows.
     const std::uint32_t q_step = (kk / 4) * Traits::kQPanelBytes + (kk % 4) * 32;
     const std::uint32_t k_step = (kk / 4) * Traits::kKVPanelBytes + (kk % 4) * 32;
-    Mma::template ss<0>(acc, ptx::advance_descriptor(q_desc, q_step),
+    Mma::template ss<0, 0>(acc, ptx::advance_descriptor(q_desc, q_step),
                         ptx::advance_descriptor(k_desc, k_step), kk > 0 ? 1 : 0);
   }
   ptx::wgmma_commit();

@@ -1,13 +1,16 @@
-// The CUDA forward's kernel families, as the dispatcher (forward_dispatch.cpp) sees them:
+// The CUDA backend's kernel families, as the dispatchers (forward_dispatch.cpp,
+// backward/run_backward.cu) see them:
 //   sm80  the portable FlashAttention-2 design on mma.sync and cp.async (sm_80 and later);
 //   sm90  the Hopper design on wgmma, TMA and warp specialisation (sm_90a builds, on compute
 //         capability 9.0 devices).
-// Each family's run_forward picks its instantiation for (dtype, head dim).
+// Each family's run_forward / run_backward picks its instantiation for (dtype, head dim).
+// FLASHPP_CUDA_FAMILY=sm80|sm90 in the environment forces a family (read on every call).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "../api/problem.hpp"
 #include "common/forward_params.hpp"
@@ -22,6 +25,16 @@ constexpr int instantiated_head_dim(const int (&dims)[N], std::int64_t D) {
   return 0;
 }
 
+// The family FLASHPP_CUDA_FAMILY asks for: "" (auto), "sm80" or "sm90"; anything else throws.
+std::string requested_family();
+
+// Why the sm90 family cannot run on `device` in this build (empty when it can).
+std::string sm90_unavailable_reason(int device);
+
+namespace bwd {
+struct BackwardParams;
+}
+
 namespace sm80 {
 inline constexpr int kForwardHeadDims[] = {32, 64, 96, 128, 192, 256};
 void run_forward(const ForwardParams& params, const detail::Problem& problem, cudaStream_t stream);
@@ -30,6 +43,10 @@ void run_forward(const ForwardParams& params, const detail::Problem& problem, cu
 namespace sm90 {
 inline constexpr int kForwardHeadDims[] = {64, 96, 128, 192, 256};
 void run_forward(const ForwardParams& params, const detail::ForwardArgs& args, cudaStream_t stream);
+// The backward's head dims (kernel head dims of src/cuda/backward/config.hpp it instantiates).
+inline constexpr int kBackwardHeadDims[] = {64, 128};
+void run_backward(const bwd::BackwardParams& params, const detail::BackwardArgs& args,
+                  cudaStream_t stream);
 }  // namespace sm90
 
 }  // namespace flashpp::cuda

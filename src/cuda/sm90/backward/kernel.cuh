@@ -1,0 +1,405 @@
+// The FlashAttention backward for Hopper (sm_90a): TMA loads, wgmma products, warp specialisation.
+//
+// One thread block owns one key tile (128 keys) of one (batch, kv head): K and V stay in shared
+// memory, dK and dV in registers, while the block walks every query tile (64 rows) of every query
+// head of the kv head's group that sees those keys. Roles:
+//   producer (warpgroup 0, one thread): K and V once, then per query step Q, dO and the step's
+//     lse (log2 units) and delta rows through a ring of `stages` buffers (bulk copies);
+//   consumers (warpgroups 1, 2): each owns 64 of the block's keys and computes, per step, with the
+//     equations of DESIGN.md written for the transposed tiles (keys as rows):
+//         S^T = K Q^T,  dP^T = V dO^T                 (wgmma, both operands in shared memory)
+//         P^T = exp2(S^T * scale*log2e - lse_log2),  dS^T = P^T o (dP^T - delta)   (registers)
+//         dV += P^T dO,  dK += dS^T Q                 (wgmma, P^T and dS^T from registers)
+//         dQ_part = dS K                              (wgmma, dS^T staged in shared memory)
+//     and adds its dQ part into the float32 dQ accumulator with one bulk reduce-add of the whole
+//     64 x D tile (the copy engine does the float adds; no per-element atomics).
+// At the end dK is scaled and dK, dV are stored; the postprocess turns the dQ accumulator into dq.
+// Rows past Nq arrive as zeros with lse_log2 = +inf (P = 0); keys past Nk arrive as zeros and are
+// masked. Softcap, dropout and the deterministic mode run on the sm80 family (dispatch).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "../../backward/params.hpp"
+#include "../../common/block_order.cuh"
+#include "../../common/math.cuh"
+#include "../../common/swizzle.cuh"
+#include "../../common/tma.cuh"
+#include "../../ptx/bulk_copy.cuh"
+#include "../../ptx/mbarrier.cuh"
+#include "../../ptx/warpgroup.cuh"
+#include "../../ptx/wgmma.cuh"
+
+namespace flashpp::cuda::sm90 {
+
+struct Sm90BackwardParams {
+  bwd::BackwardParams args;
+  CUtensorMap q_map, k_map, v_map, dout_map;
+};
+
+template <typename Element_, int kHeadDim_>
+struct Sm90BackwardTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kPaddedHeadDim = (kHeadDim + 63) / 64 * 64;
+  static constexpr int kPanels = kPaddedHeadDim / 64;
+  static constexpr int kConsumers = 2;
+  static constexpr int kBlockN = 64 * kConsumers;  // keys per block
+  static constexpr int kBlockM = 64;               // queries per step
+  static constexpr int kStages = 2;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kQTiles = kBlockM / 8;      // 8-query column tiles of S^T
+  static constexpr int kDTiles = kHeadDim / 8;     // 8-column tiles of dK, dV, dQ
+
+  using KTile = SwizzledTile<kBlockN, kPaddedHeadDim>;
+  using QTile = SwizzledTile<kBlockM, kPaddedHeadDim>;
+  static constexpr int kKPanelBytes = kBlockN * 128;
+  static constexpr int kQPanelBytes = kBlockM * 128;
+  static constexpr int kDsBytes = 64 * kBlockM * 2;   // one consumer's dS^T, 64 keys x 64 queries
+  static constexpr int kDqBytes = kBlockM * kHeadDim * 4;  // one consumer's dQ part, float32
+
+  // Byte offsets in shared memory (every tile 1024-byte aligned).
+  static constexpr int kK = 0;
+  static constexpr int kV = kK + KTile::kBytes;
+  static constexpr int kQ = kV + KTile::kBytes;
+  static constexpr int kDo = kQ + kStages * QTile::kBytes;
+  static constexpr int kDs = kDo + kStages * QTile::kBytes;
+  static constexpr int kDq = kDs + kConsumers * kDsBytes;
+  static constexpr int kLse = kDq + kConsumers * kDqBytes;
+  static constexpr int kDelta = kLse + kStages * kBlockM * 4;
+  static constexpr int kBarriers = kDelta + kStages * kBlockM * 4;
+  static constexpr int kBarrierCount = 1 + 2 * kStages;  // K/V full; per stage step full, empty
+  static constexpr int kSmemBytes = kBarriers + 8 * kBarrierCount;
+
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one Hopper block");
+};
+
+template <typename Traits>
+struct BackwardShared {
+  unsigned char* base;
+  __device__ unsigned char* at(int offset) const { return base + offset; }
+  __device__ unsigned char* k() const { return at(Traits::kK); }
+  __device__ unsigned char* v() const { return at(Traits::kV); }
+  __device__ unsigned char* q(int s) const { return at(Traits::kQ + s * Traits::QTile::kBytes); }
+  __device__ unsigned char* dout(int s) const { return at(Traits::kDo + s * Traits::QTile::kBytes); }
+  __device__ unsigned char* ds(int c) const { return at(Traits::kDs + c * Traits::kDsBytes); }
+  __device__ float* dq(int c) const { return reinterpret_cast<float*>(at(Traits::kDq + c * Traits::kDqBytes)); }
+  __device__ float* lse(int s) const { return reinterpret_cast<float*>(at(Traits::kLse + s * Traits::kBlockM * 4)); }
+  __device__ float* delta(int s) const { return reinterpret_cast<float*>(at(Traits::kDelta + s * Traits::kBlockM * 4)); }
+  __device__ std::uint64_t* barriers() const { return reinterpret_cast<std::uint64_t*>(at(Traits::kBarriers)); }
+  __device__ std::uint64_t* kv_full() const { return barriers(); }
+  __device__ std::uint64_t* step_full(int s) const { return barriers() + 1 + s; }
+  __device__ std::uint64_t* step_empty(int s) const { return barriers() + 1 + Traits::kStages + s; }
+};
+
+// The work of one block: its key tile, its kv head's query heads, and the query tiles that see
+// any of its keys (the same for every query head of the group).
+struct BackwardTile {
+  std::int64_t b, h_kv, n0, m_begin, m_end;  // query tiles [m_begin, m_end)
+  int steps;                                  // query heads x query tiles
+};
+
+template <typename Traits>
+__device__ __forceinline__ BackwardTile backward_tile(const bwd::BackwardParams& p) {
+  const std::int64_t n_blocks = gridDim.x;
+  // The first key tiles are seen by the most queries under a causal mask: they start first.
+  const BlockItem item = block_item(static_cast<std::int64_t>(blockIdx.y) * n_blocks + blockIdx.x,
+                                    n_blocks, gridDim.y, p.heads_per_group);
+  BackwardTile t;
+  const std::int64_t bh_kv = item.head;
+  t.b = bh_kv / p.kv_heads;
+  t.h_kv = bh_kv % p.kv_heads;
+  t.n0 = item.rank * Traits::kBlockN;
+  // Rows i that see a key j in [n0, last]: -left <= j - (i + shift) <= right.
+  const std::int64_t last_key = (t.n0 + Traits::kBlockN < p.k_len ? t.n0 + Traits::kBlockN : p.k_len) - 1;
+  std::int64_t first_row = t.n0 - p.mask.shift - p.mask.right;
+  std::int64_t last_row = last_key - p.mask.shift + p.mask.left;
+  first_row = first_row < 0 ? 0 : first_row;
+  last_row = last_row > p.q_len - 1 ? p.q_len - 1 : last_row;
+  if (first_row > last_row) {
+    t.m_begin = t.m_end = 0;
+  } else {
+    t.m_begin = first_row / Traits::kBlockM;
+    t.m_end = last_row / Traits::kBlockM + 1;
+  }
+  t.steps = static_cast<int>((t.m_end - t.m_begin) * p.heads_per_kv);
+  return t;
+}
+
+// Step `step` of a block: query head (within the group) and query tile.
+struct BackwardStep {
+  std::int64_t h, m0;
+};
+
+__device__ __forceinline__ BackwardStep backward_step(const bwd::BackwardParams& p,
+                                                      const BackwardTile& t, int step, int block_m) {
+  const std::int64_t tiles = t.m_end - t.m_begin;
+  return BackwardStep{t.h_kv * p.heads_per_kv + step / tiles, (t.m_begin + step % tiles) * block_m};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Producer
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void wait_step_empty(std::uint64_t* empty, int stages, int step) {
+  if (step >= stages) mbarrier_wait(empty, static_cast<std::uint32_t>(step / stages - 1) & 1u);
+}
+
+template <typename Traits>
+__device__ __forceinline__ void load_backward_tiles(const Sm90BackwardParams& params,
+                                                    const BackwardShared<Traits>& smem,
+                                                    const BackwardTile& tile) {
+  const bwd::BackwardParams& p = params.args;
+  const int b = static_cast<int>(tile.b), h_kv = static_cast<int>(tile.h_kv);
+  mbarrier_expect_bytes(smem.kv_full(), 2 * Traits::KTile::kBytes);
+#pragma unroll
+  for (int panel = 0; panel < Traits::kPanels; ++panel) {
+    tma_load_4d(smem.k() + panel * Traits::kKPanelBytes, &params.k_map, panel * 64,
+                static_cast<int>(tile.n0), h_kv, b, smem.kv_full());
+    tma_load_4d(smem.v() + panel * Traits::kKPanelBytes, &params.v_map, panel * 64,
+                static_cast<int>(tile.n0), h_kv, b, smem.kv_full());
+  }
+  for (int step = 0; step < tile.steps; ++step) {
+    const int s = step % Traits::kStages;
+    wait_step_empty(smem.step_empty(s), Traits::kStages, step);
+    const BackwardStep st = backward_step(p, tile, step, Traits::kBlockM);
+    const std::int64_t row = (tile.b * p.q_heads + st.h) * p.rows_padded + st.m0;
+    mbarrier_expect_bytes(smem.step_full(s), 2 * Traits::QTile::kBytes + 2 * Traits::kBlockM * 4);
+#pragma unroll
+    for (int panel = 0; panel < Traits::kPanels; ++panel) {
+      tma_load_4d(smem.q(s) + panel * Traits::kQPanelBytes, &params.q_map, panel * 64,
+                  static_cast<int>(st.m0), static_cast<int>(st.h), b, smem.step_full(s));
+      tma_load_4d(smem.dout(s) + panel * Traits::kQPanelBytes, &params.dout_map, panel * 64,
+                  static_cast<int>(st.m0), static_cast<int>(st.h), b, smem.step_full(s));
+    }
+    bulk_load(smem.lse(s), p.lse_log2 + row, Traits::kBlockM * 4, smem.step_full(s));
+    bulk_load(smem.delta(s), p.delta + row, Traits::kBlockM * 4, smem.step_full(s));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumer steps
+// ---------------------------------------------------------------------------------------------
+
+// acc = A(64 rows of `a`, K-major) B(`b`, K-major)^T over the head dim (S^T = K Q^T, dP^T = V dO^T).
+template <typename Traits>
+__device__ __forceinline__ void issue_transposed_scores(float (&acc)[Traits::kQTiles][4],
+                                                        const unsigned char* a, const unsigned char* b) {
+  using Mma = ptx::WgmmaShape<Traits::kBlockM, typename Traits::Element>;
+  const std::uint64_t a_desc = ptx::smem_descriptor<ptx::Major::k>(a, 0);
+  const std::uint64_t b_desc = ptx::smem_descriptor<ptx::Major::k>(b, 0);
+  auto& d = reinterpret_cast<float(&)[Traits::kBlockM / 2]>(acc);
+#pragma unroll
+  for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+    const std::uint32_t a_step = (kk / 4) * Traits::kKPanelBytes + (kk % 4) * 32;
+    const std::uint32_t b_step = (kk / 4) * Traits::kQPanelBytes + (kk % 4) * 32;
+    Mma::template ss<0, 0>(d, ptx::advance_descriptor(a_desc, a_step),
+                           ptx::advance_descriptor(b_desc, b_step), kk > 0 ? 1 : 0);
+  }
+}
+
+// acc += A(registers: 64 keys x 64 queries) B(query tile, MN-major): dV += P^T dO, dK += dS^T Q.
+template <typename Traits>
+__device__ __forceinline__ void issue_key_gradient(float (&acc)[Traits::kDTiles][4],
+                                                   const std::uint32_t (&a)[Traits::kBlockM / 16][4],
+                                                   const unsigned char* b) {
+  using Mma = ptx::WgmmaShape<Traits::kHeadDim, typename Traits::Element>;
+  const std::uint64_t b_desc = ptx::smem_descriptor<ptx::Major::mn>(b, Traits::kQPanelBytes);
+  auto& d = reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(acc);
+#pragma unroll
+  for (int kk = 0; kk < Traits::kBlockM / 16; ++kk) {
+    Mma::template rs<1>(d, a[kk], ptx::advance_descriptor(b_desc, kk * 2048), 1);
+  }
+}
+
+// dQ part = dS (this consumer's dS^T in shared memory, read transposed) K (its 64 keys, MN-major).
+template <typename Traits>
+__device__ __forceinline__ void issue_query_gradient(float (&acc)[Traits::kDTiles][4],
+                                                     const unsigned char* ds, const unsigned char* k) {
+  using Mma = ptx::WgmmaShape<Traits::kHeadDim, typename Traits::Element>;
+  const std::uint64_t a_desc = ptx::smem_descriptor<ptx::Major::mn>(ds, Traits::kDsBytes);
+  const std::uint64_t b_desc = ptx::smem_descriptor<ptx::Major::mn>(k, Traits::kKPanelBytes);
+  auto& d = reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(acc);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {  // 64 keys
+    Mma::template ss<1, 1>(d, ptx::advance_descriptor(a_desc, kk * 2048),
+                           ptx::advance_descriptor(b_desc, kk * 2048), kk > 0 ? 1 : 0);
+  }
+}
+
+// Float accumulator pairs -> the 16-bit A fragments of a k16 product (two 8-column tiles each).
+template <typename Element, int kTiles>
+__device__ __forceinline__ void to_a_fragments(std::uint32_t (&a)[kTiles / 2][4], const float (&x)[kTiles][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kTiles / 2; ++kk) {
+    a[kk][0] = pack_pair<Element>(x[2 * kk][0], x[2 * kk][1]);
+    a[kk][1] = pack_pair<Element>(x[2 * kk][2], x[2 * kk][3]);
+    a[kk][2] = pack_pair<Element>(x[2 * kk + 1][0], x[2 * kk + 1][1]);
+    a[kk][3] = pack_pair<Element>(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+  }
+}
+
+template <typename Traits>
+__device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& params,
+                                                  const BackwardShared<Traits>& smem,
+                                                  const BackwardTile& tile, int consumer) {
+  using Element = typename Traits::Element;
+  const bwd::BackwardParams& p = params.args;
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const int thread_in_group = threadIdx.x & 127;
+  const int group_barrier = 1 + consumer;
+  const std::int64_t key0 = tile.n0 + consumer * 64 + warp * 16;  // this warp's first key
+  const unsigned char* k_rows = smem.k() + consumer * 64 * 128;
+  const unsigned char* v_rows = smem.v() + consumer * 64 * 128;
+
+  float dv[Traits::kDTiles][4], dk[Traits::kDTiles][4];
+#pragma unroll
+  for (int dt = 0; dt < Traits::kDTiles; ++dt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) dv[dt][c] = dk[dt][c] = 0.0f;
+
+  if (tile.steps > 0) mbarrier_wait(smem.kv_full(), 0);
+  for (int step = 0; step < tile.steps; ++step) {
+    const int s = step % Traits::kStages;
+    const BackwardStep st = backward_step(p, tile, step, Traits::kBlockM);
+    mbarrier_wait(smem.step_full(s), static_cast<std::uint32_t>(step / Traits::kStages) & 1u);
+
+    // S^T and dP^T of this consumer's 64 keys x the step's 64 queries.
+    float s_t[Traits::kQTiles][4], dp_t[Traits::kQTiles][4];
+    ptx::wgmma_fence();
+    issue_transposed_scores<Traits>(s_t, k_rows, smem.q(s));
+    issue_transposed_scores<Traits>(dp_t, v_rows, smem.dout(s));
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(s_t));
+    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(dp_t));
+
+    // P^T and dS^T, element by element (rows = keys, columns = queries).
+    const bool needs_mask = tile.n0 + Traits::kBlockN > p.k_len ||
+                            (p.mask.active() &&
+                             !p.mask.tile_fully_visible(st.m0, st.m0 + Traits::kBlockM, tile.n0,
+                                                        tile.n0 + Traits::kBlockN));
+    const float* lse = smem.lse(s);
+    const float* delta = smem.delta(s);
+#pragma unroll
+    for (int nt = 0; nt < Traits::kQTiles; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int col = nt * 8 + 2 * t + (c & 1);
+        float prob = fast_exp2(fmaf(s_t[nt][c], p.scale_log2, -lse[col]));
+        if (needs_mask) {
+          const std::int64_t j = key0 + g + 8 * (c >> 1), i = st.m0 + col;
+          if (j >= p.k_len || !p.mask.visible(i, j)) prob = 0.0f;
+        }
+        s_t[nt][c] = prob;
+        dp_t[nt][c] = prob * (dp_t[nt][c] - delta[col]);
+      }
+    std::uint32_t p_a[Traits::kBlockM / 16][4], ds_a[Traits::kBlockM / 16][4];
+    to_a_fragments<Element, Traits::kQTiles>(p_a, s_t);
+    to_a_fragments<Element, Traits::kQTiles>(ds_a, dp_t);
+
+    // dS^T (16-bit) into this consumer's 128-byte-swizzled buffer for the dQ product.
+    unsigned char* ds_buf = smem.ds(consumer);
+#pragma unroll
+    for (int nt = 0; nt < Traits::kQTiles; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = warp * 16 + g + 8 * half, chunk = nt;
+        const int offset = row * 128 + ((chunk ^ (row & 7)) * 16) + t * 4;
+        *reinterpret_cast<std::uint32_t*>(ds_buf + offset) = ds_a[nt / 2][(nt & 1) * 2 + half];
+      }
+    ptx::fence_shared_to_async();
+    ptx::named_barrier_sync(group_barrier, 128);
+
+    float dq[Traits::kDTiles][4];
+    ptx::wgmma_fence();
+    issue_key_gradient<Traits>(dv, p_a, smem.dout(s));
+    issue_key_gradient<Traits>(dk, ds_a, smem.q(s));
+    issue_query_gradient<Traits>(dq, ds_buf, k_rows);
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(dv));
+    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(dk));
+    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(dq));
+    ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockM / 4]>(p_a));
+    ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockM / 4]>(ds_a));
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(smem.step_empty(s));
+
+    // dQ part -> this consumer's float32 staging tile -> one bulk reduce-add into the accumulator.
+    // The previous step's reduce must have read the staging tile before it is overwritten.
+    if (thread_in_group == 0) ptx::bulk_wait_read<0>();
+    ptx::named_barrier_sync(group_barrier, 128);
+    float* dq_buf = smem.dq(consumer);
+#pragma unroll
+    for (int dt = 0; dt < Traits::kDTiles; ++dt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = warp * 16 + g + 8 * half, col = dt * 8 + 2 * t;
+        *reinterpret_cast<float2*>(dq_buf + row * Traits::kHeadDim + col) =
+            make_float2(dq[dt][2 * half], dq[dt][2 * half + 1]);
+      }
+    ptx::fence_shared_to_async();
+    ptx::named_barrier_sync(group_barrier, 128);
+    if (thread_in_group == 0) {
+      const std::int64_t row = (tile.b * p.q_heads + st.h) * p.rows_padded + st.m0;
+      ptx::bulk_reduce_add_f32(p.dq_accum + row * p.accum_width, dq_buf, Traits::kDqBytes);
+      ptx::bulk_commit();
+    }
+  }
+  if (thread_in_group == 0) ptx::bulk_wait<0>();
+
+  // dK = scale * sum dS^T Q, dV = sum P^T dO: this warp's 16 keys, every column below head_dim.
+  Element* dk_out = static_cast<Element*>(p.dk) + tile.b * p.dk_strides.batch + tile.h_kv * p.dk_strides.head;
+  Element* dv_out = static_cast<Element*>(p.dv) + tile.b * p.dv_strides.batch + tile.h_kv * p.dv_strides.head;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t j = key0 + g + 8 * half;
+    if (j >= p.k_len) continue;
+#pragma unroll
+    for (int dt = 0; dt < Traits::kDTiles; ++dt) {
+      const int col = dt * 8 + 2 * t;
+      if (col >= p.head_dim) continue;
+      *reinterpret_cast<std::uint32_t*>(dk_out + j * p.dk_strides.row + col) =
+          pack_pair<Element>(dk[dt][2 * half] * p.scale, dk[dt][2 * half + 1] * p.scale);
+      *reinterpret_cast<std::uint32_t*>(dv_out + j * p.dv_strides.row + col) =
+          pack_pair<Element>(dv[dt][2 * half], dv[dt][2 * half + 1]);
+    }
+  }
+}
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    flash_bwd_sm90_kernel(const __grid_constant__ Sm90BackwardParams params) {
+#if FLASHPP_WGMMA_AVAILABLE
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const BackwardShared<Traits> smem{smem_raw};
+  const BackwardTile tile = backward_tile<Traits>(params.args);
+  if (threadIdx.x == 0) {
+    ptx::mbarrier_init(smem.kv_full(), 1);
+    for (int s = 0; s < Traits::kStages; ++s) {
+      ptx::mbarrier_init(smem.step_full(s), 1);
+      ptx::mbarrier_init(smem.step_empty(s), 4 * Traits::kConsumers);  // one arrival per warp
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  const int warpgroup = ptx::warpgroup_index();
+  if (warpgroup == 0) {
+    ptx::release_registers<Traits::kProducerRegisters>();
+    if (threadIdx.x == 0 && tile.steps > 0) load_backward_tiles<Traits>(params, smem, tile);
+  } else {
+    ptx::claim_registers<Traits::kConsumerRegisters>();
+    consumer_backward<Traits>(params, smem, tile, warpgroup - 1);
+  }
+#endif
+}
+
+}  // namespace flashpp::cuda::sm90

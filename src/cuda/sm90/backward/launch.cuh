@@ -1,0 +1,72 @@
+// Launches one instantiation (element type x head dim) of the sm90 backward: preprocess (shared
+// with the sm80 family: delta, lse in log2 units, the dQ accumulator zeroed), the main kernel
+// (tensor maps, grid of key tiles x batch*kv heads, longest first under a mask), and the dQ
+// postprocess of this family (its accumulator is row-major: one bulk reduce-add per tile).
+// Each instances/bwd_*.cu file instantiates run_backward_for for one (Element, kHeadDim).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "../../../api/problem.hpp"
+#include "../../backward/pre_post.cuh"
+#include "../../common/check_cuda.hpp"
+#include "../../common/tensor_map.hpp"
+#include "kernel.cuh"
+#include "postprocess.cuh"
+
+namespace flashpp::cuda::sm90 {
+
+template <typename Element, int kHeadDim>
+void run_backward_for(const bwd::BackwardParams& params, const detail::BackwardArgs& args,
+                      cudaStream_t stream);
+
+inline void make_backward_map(CUtensorMap* map, const TensorView& t, DType dtype, int rows,
+                              const char* name) {
+  if (!make_row_tile_map(map, t.data, dtype, t.sizes[0], t.sizes[1], t.sizes[2], t.sizes[3],
+                         t.strides[0], t.strides[1], t.strides[2], rows)) {
+    throw Error(ErrorCode::backend_failure,
+                std::string("flashpp CUDA backend: the driver refused the tensor map of ") + name);
+  }
+}
+
+template <typename Element, int kHeadDim>
+void run_backward_for(const bwd::BackwardParams& params, const detail::BackwardArgs& args,
+                      cudaStream_t stream) {
+  using Traits = Sm90BackwardTraits<Element, kHeadDim>;
+  if (params.accum_width != kHeadDim) {
+    throw Error(ErrorCode::internal, "sm90 backward: dQ accumulator width differs from the head dim");
+  }
+  bwd::launch_preprocess<Element>(params, stream);
+  // With keys but no queries the kernel still runs: it loads nothing and writes dK = dV = 0.
+  if (params.k_len > 0) {
+    Sm90BackwardParams p{};
+    p.args = params;
+    const DType dtype = args.problem.dtype;
+    if (params.q_len > 0) {
+      make_backward_map(&p.q_map, args.q, dtype, Traits::kBlockM, "q");
+      make_backward_map(&p.dout_map, args.dout, dtype, Traits::kBlockM, "dout");
+    }
+    make_backward_map(&p.k_map, args.k, dtype, Traits::kBlockN, "k");
+    make_backward_map(&p.v_map, args.v, dtype, Traits::kBlockN, "v");
+    auto kernel = flash_bwd_sm90_kernel<Traits>;
+    constexpr int kSmem = Traits::kSmemBytes;
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+               "cudaFuncSetAttribute (sm90 backward shared memory)");
+    const std::int64_t n_blocks = (params.k_len + Traits::kBlockN - 1) / Traits::kBlockN;
+    const std::int64_t kv_heads = params.batch * params.kv_heads;
+    const bool ordered = FLASHPP_BLOCK_ORDER && params.mask.active();
+    const std::int64_t slots = ordered ? resident_blocks(kernel, Traits::kThreads, kSmem) : 0;
+    p.args.heads_per_group = ordered ? heads_per_group(true, n_blocks, kv_heads, slots) : 1;
+    if (kv_heads > 65535) {
+      throw Error(ErrorCode::unsupported, "sm90 backward: batch * kv heads above 65535");
+    }
+    const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(kv_heads));
+    kernel<<<grid, Traits::kThreads, kSmem, stream>>>(p);
+    check_launch("sm90 backward kernel launch");
+  }
+  launch_dq_postprocess<Element>(params, stream);
+}
+
+}  // namespace flashpp::cuda::sm90
