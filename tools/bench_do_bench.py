@@ -107,6 +107,7 @@ def main():
             problems.append((B, 32, 32, N, N, D))
     for s in args.shape:
         problems.append(tuple(int(x) for x in s.split(",")))
+    print(f"flashpp kernels: {fp.kernel_families()}", flush=True)
     names = list(libs) + peers
     lines = [f"do_bench medians, TFLOPS; GPU {torch.cuda.get_device_name()}, torch {torch.__version__}"]
     head = f"{'dir':3} {'dtype':5} {'B,Hq,Hkv,Nq,Nk,D':>24} {'causal':>6} | " + \

@@ -56,6 +56,15 @@ class Flashpp:
         self.lib.flashpp_last_error.restype = ctypes.c_char_p
         self.lib.flashpp_forward.argtypes = [ctypes.POINTER(Tensor)] * 5 + [ctypes.POINTER(Options), ctypes.c_void_p]
         self.lib.flashpp_backward.argtypes = [ctypes.POINTER(Tensor)] * 9 + [ctypes.POINTER(Options), ctypes.c_void_p]
+        if hasattr(self.lib, "flashpp_cuda_kernel_families"):  # builds before 2026-11-24 lack it
+            self.lib.flashpp_cuda_kernel_families.restype = ctypes.c_char_p
+            self.lib.flashpp_cuda_kernel_families.argtypes = [ctypes.c_int]
+
+    def kernel_families(self):
+        """Which kernel families the library runs on device 0 now (no silent slow path)."""
+        if not hasattr(self.lib, "flashpp_cuda_kernel_families"):
+            return "unknown (this build predates flashpp_cuda_kernel_families)"
+        return self.lib.flashpp_cuda_kernel_families(0).decode()
 
     @staticmethod
     def view(t):
@@ -341,6 +350,7 @@ def main():
         copy = os.path.join(tempfile.mkdtemp(), f"libflashpp_{name}.so")
         shutil.copy(path, copy)
         alts[name] = Flashpp(copy)
+    log(f"flashpp kernels: {fp.kernel_families()}")
     B, H = 4, 32
     seqlens = [int(s) for s in args.seqlens.split(",")] if args.seqlens else \
         ([4096, 16384] if args.quick else [1024, 2048, 4096, 8192, 16384])

@@ -169,6 +169,10 @@ FLASHPP_C_API flashpp_status flashpp_backward_with_workspace(
 FLASHPP_C_API int flashpp_cuda_compiled(void);
 FLASHPP_C_API int flashpp_cuda_available(void);
 
+/* Which CUDA kernel families flashpp runs on `device` now, in words (see flashpp.hpp's
+ * cuda_kernel_families). The pointer stays valid until the next call on this thread. */
+FLASHPP_C_API const char* flashpp_cuda_kernel_families(int device);
+
 /* "0.1.0" */
 FLASHPP_C_API const char* flashpp_version(void);
 

@@ -170,6 +170,12 @@ void backward(const TensorView& q, const TensorView& k, const TensorView& v, con
 bool cuda_compiled() noexcept;
 bool cuda_available() noexcept;
 
+// Which CUDA kernel families flashpp runs on `device` now, in words, e.g.
+//   "forward: sm90 (wgmma, TMA, warp-specialised); backward: sm80 (mma.sync) ..."
+// with the reason whenever a slower family stands in (older GPU, a build without sm_90a, an
+// environment override). Benchmarks print it so that no slow path goes unnoticed.
+std::string cuda_kernel_families(int device = 0);
+
 // "0.1.0"
 const char* version() noexcept;
 

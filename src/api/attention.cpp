@@ -83,6 +83,7 @@ TensorView make_lse(float* data, std::int64_t B, std::int64_t H, std::int64_t N,
 
 bool cuda_compiled() noexcept { return flashpp::cuda::compiled(); }
 bool cuda_available() noexcept { return flashpp::cuda::available(); }
+std::string cuda_kernel_families(int device) { return flashpp::cuda::kernel_families(device); }
 const char* version() noexcept { return "0.1.0"; }
 
 namespace {

@@ -284,6 +284,15 @@ flashpp_status flashpp_backward(const flashpp_tensor* q, const flashpp_tensor* k
 
 int flashpp_cuda_compiled(void) { return flashpp::cuda_compiled() ? 1 : 0; }
 int flashpp_cuda_available(void) { return flashpp::cuda_available() ? 1 : 0; }
+const char* flashpp_cuda_kernel_families(int device) {
+  static thread_local std::string text;
+  try {
+    text = flashpp::cuda_kernel_families(device);
+  } catch (const std::exception& e) {
+    text = std::string("unknown: ") + e.what();
+  }
+  return text.c_str();
+}
 const char* flashpp_version(void) { return flashpp::version(); }
 const char* flashpp_last_error(void) { return last_error_message.c_str(); }
 

@@ -18,6 +18,9 @@ std::string unsupported_reason(const detail::Problem& problem, bool backward);
 std::size_t forward_workspace_size(const detail::Problem& problem);
 std::size_t backward_workspace_size(const detail::Problem& problem, bool deterministic);
 
+// flashpp::cuda_kernel_families: the families the dispatchers pick on `device` now.
+std::string kernel_families(int device);
+
 void forward(const detail::ForwardArgs& args);
 void backward(const detail::BackwardArgs& args);
 

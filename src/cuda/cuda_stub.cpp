@@ -13,6 +13,8 @@ std::string unsupported_reason(const detail::Problem&, bool) {
 std::size_t forward_workspace_size(const detail::Problem&) { return 0; }
 std::size_t backward_workspace_size(const detail::Problem&, bool) { return 0; }
 
+std::string kernel_families(int) { return "none: flashpp was built without CUDA"; }
+
 void forward(const detail::ForwardArgs&) {
   throw Error(ErrorCode::unsupported, "flashpp was built without CUDA");
 }

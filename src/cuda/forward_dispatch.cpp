@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/check_cuda.hpp"
+#include "cuda_backend.hpp"
 #include "forward.hpp"
 #include "families.hpp"
 
@@ -125,6 +126,38 @@ ForwardFamilyChoice choose_forward_family(const detail::ForwardArgs& args) {
   }
   if (reason.empty()) return {ForwardFamily::sm90, {}};
   return {ForwardFamily::sm80, reason};
+}
+
+std::string kernel_families(int device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
+    cudaGetLastError();
+    return "none: CUDA device " + std::to_string(device) + " is not available";
+  }
+  const std::string requested = requested_family();
+  const std::string why_not = sm90_unavailable_reason(device);
+  std::string forward;
+  if (requested == "sm80") {
+    forward = "sm80 (mma.sync; forced by FLASHPP_CUDA_FAMILY=sm80)";
+  } else if (why_not.empty()) {
+    forward = "sm90 (wgmma, TMA, warp-specialised)";
+  } else {
+    forward = "sm80 (mma.sync; sm90 unavailable: " + why_not + ")";
+  }
+  const char* opt = std::getenv("FLASHPP_SM90_BACKWARD");
+  const std::string backward_opt = opt != nullptr ? opt : "";
+  std::string backward;
+  if (requested == "sm80" || !why_not.empty() || backward_opt == "0") {
+    backward = "sm80 (mma.sync" + std::string(requested == "sm80" ? "; forced by FLASHPP_CUDA_FAMILY=sm80)"
+                                   : !why_not.empty() ? "; sm90 unavailable)"
+                                                      : "; FLASHPP_SM90_BACKWARD=0)");
+  } else if (requested == "sm90" || backward_opt == "1") {
+    backward = "sm90 for head dims <= 128 without softcap, dropout or deterministic mode, else sm80";
+  } else {
+    backward = "sm90 for head dims <= 64 without softcap, dropout or deterministic mode, else sm80 "
+               "(FLASHPP_SM90_BACKWARD=1 extends sm90 to head dims <= 128)";
+  }
+  return "forward: " + forward + "; backward: " + backward;
 }
 
 void run_forward(const detail::ForwardArgs& args) {

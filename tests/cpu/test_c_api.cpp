@@ -287,3 +287,16 @@ TEST(CApi, ResultsEqualTheCppApi) {
 
 }  // namespace
 }  // namespace flashpp::test
+
+namespace {
+
+// The kernel-family report never fails and always says something: the families in use, or why
+// there are none (no CUDA in the build, no device).
+TEST(CApi, CudaKernelFamiliesReport) {
+  const std::string text = flashpp_cuda_kernel_families(0);
+  EXPECT_FALSE(text.empty());
+  EXPECT_TRUE(text.rfind("forward: ", 0) == 0 || text.rfind("none: ", 0) == 0) << text;
+  EXPECT_EQ(std::string(flashpp_cuda_kernel_families(-1)).rfind("none: ", 0), 0u);
+}
+
+}  // namespace

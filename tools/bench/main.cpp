@@ -107,6 +107,7 @@ int main(int argc, char** argv) {
   if (on_cuda) {
     try {
       print_line(options.csv, "device: cuda:0 " + fb::cuda_device_name(0));
+      print_line(options.csv, "kernels: " + flashpp::cuda_kernel_families(0));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "flashpp-bench: %s\n", e.what());
       return 1;

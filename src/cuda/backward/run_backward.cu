@@ -141,6 +141,25 @@ std::string sm90_backward_unsupported(const detail::BackwardArgs& a) {
   return {};
 }
 
+// The backward's family. FLASHPP_CUDA_FAMILY=sm80 forces sm80 and =sm90 forces sm90 (an error
+// where it does not apply); FLASHPP_SM90_BACKWARD=1 / =0 turns the sm90 backward on / off
+// wherever it applies. Otherwise sm90 runs where it measured faster than sm80 on the H100:
+// kernel head dim 64 (+17-20%, run 28 in BENCHMARKS.md); at 128 the two are level, sm80 stays.
+bool use_sm90_backward(const detail::BackwardArgs& args) {
+  const std::string requested = requested_family();
+  if (requested == "sm80") return false;
+  const std::string why_not = sm90_backward_unsupported(args);
+  if (requested == "sm90") {
+    if (!why_not.empty()) throw Error(ErrorCode::unsupported, "FLASHPP_CUDA_FAMILY=sm90: " + why_not);
+    return true;
+  }
+  if (!why_not.empty()) return false;
+  const char* opt = std::getenv("FLASHPP_SM90_BACKWARD");
+  if (opt != nullptr && std::string(opt) == "1") return true;
+  if (opt != nullptr && std::string(opt) == "0") return false;
+  return bwd::kernel_head_dim(args.problem.D) == 64;
+}
+
 // Largest grid the kernels flatten into blockIdx.x.
 constexpr std::int64_t kMaxBlocks = std::numeric_limits<std::int32_t>::max();
 
@@ -187,13 +206,7 @@ void run_backward(const detail::BackwardArgs& args) {
   }
   const BackwardParams p = make_params(args);
   const auto stream = static_cast<cudaStream_t>(args.stream);
-  // The sm90 backward runs only when asked for (FLASHPP_SM90_BACKWARD=1), on the problems its
-  // first stage covers: it is correct but slower than the sm80 family's backward on Hopper
-  // (0.85-0.95 of it, H100, run 26 in BENCHMARKS.md), so the automatic choice stays sm80 until
-  // it is faster. FLASHPP_CUDA_FAMILY=sm80 overrides it.
-  const char* opt_in = std::getenv("FLASHPP_SM90_BACKWARD");
-  if (opt_in != nullptr && std::string(opt_in) == "1" && requested_family() != "sm80" &&
-      sm90_backward_unsupported(args).empty()) {
+  if (use_sm90_backward(args)) {
     sm90::run_backward(p, args, stream);
     return;
   }

@@ -7,6 +7,7 @@
 //   wgmma_commit()            closes the wgmma issued so far into a group
 //   wgmma_wait<K>()           waits until at most K groups are still running
 //   fence_registers(x)        keeps the compiler from moving accesses of x across this point
+//   fence_shared_to_async()   makes ordinary shared-memory stores visible to wgmma operand reads
 //
 // Operand layouts. The tiles the kernels feed to wgmma are the 128-byte-swizzled panels of
 // common/swizzle.cuh (64 columns of 16-bit elements per panel, rows of 128 bytes, the 16-byte
@@ -78,6 +79,15 @@ template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
 #if FLASHPP_WGMMA_AVAILABLE
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Orders this thread's earlier ordinary shared-memory stores (st.shared, stmatrix) before later
+// reads of them by wgmma or the copy engine (the async proxy); a barrier between the writing
+// threads and the issuing warpgroup follows.
+__device__ __forceinline__ void fence_shared_to_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
 

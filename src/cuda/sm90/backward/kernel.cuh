@@ -11,8 +11,8 @@
 //         P^T = exp2(S^T * scale*log2e - lse_log2),  dS^T = P^T o (dP^T - delta)   (registers)
 //         dV += P^T dO,  dK += dS^T Q                 (wgmma, P^T and dS^T from registers)
 //         dQ_part = dS K                              (wgmma, dS^T staged in shared memory)
-//     and adds its dQ part into the float32 dQ accumulator with one bulk reduce-add of the whole
-//     64 x D tile (the copy engine does the float adds; no per-element atomics).
+//     and adds its dQ part into the float32 dQ accumulator with 16-byte atomics straight from
+//     registers (the sm80 family's fragment-ordered accumulator and postprocess).
 // At the end dK is scaled and dK, dV are stored; the postprocess turns the dQ accumulator into dq.
 // Rows past Nq arrive as zeros with lse_log2 = +inf (P = 0); keys past Nk arrive as zeros and are
 // masked. Softcap, dropout and the deterministic mode run on the sm80 family (dispatch).
@@ -24,17 +24,21 @@
 
 #include <cstdint>
 
+#include "../../backward/dq_accum.cuh"
 #include "../../backward/params.hpp"
 #include "../../common/block_order.cuh"
 #include "../../common/math.cuh"
 #include "../../common/swizzle.cuh"
 #include "../../common/tma.cuh"
-#include "../../ptx/bulk_copy.cuh"
 #include "../../ptx/mbarrier.cuh"
 #include "../../ptx/warpgroup.cuh"
 #include "../../ptx/wgmma.cuh"
 
 namespace flashpp::cuda::sm90 {
+
+#ifndef FLASHPP_SM90_BWD_STAGES
+#define FLASHPP_SM90_BWD_STAGES 2
+#endif
 
 struct Sm90BackwardParams {
   bwd::BackwardParams args;
@@ -50,7 +54,7 @@ struct Sm90BackwardTraits {
   static constexpr int kConsumers = 2;
   static constexpr int kBlockN = 64 * kConsumers;  // keys per block
   static constexpr int kBlockM = 64;               // queries per step
-  static constexpr int kStages = 2;
+  static constexpr int kStages = FLASHPP_SM90_BWD_STAGES;  // Q/dO/lse/delta ring depth
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kQTiles = kBlockM / 8;      // 8-query column tiles of S^T
   static constexpr int kDTiles = kHeadDim / 8;     // 8-column tiles of dK, dV, dQ
@@ -60,7 +64,6 @@ struct Sm90BackwardTraits {
   static constexpr int kKPanelBytes = kBlockN * 128;
   static constexpr int kQPanelBytes = kBlockM * 128;
   static constexpr int kDsBytes = 64 * kBlockM * 2;   // one consumer's dS^T, 64 keys x 64 queries
-  static constexpr int kDqBytes = kBlockM * kHeadDim * 4;  // one consumer's dQ part, float32
 
   // Byte offsets in shared memory (every tile 1024-byte aligned).
   static constexpr int kK = 0;
@@ -68,8 +71,7 @@ struct Sm90BackwardTraits {
   static constexpr int kQ = kV + KTile::kBytes;
   static constexpr int kDo = kQ + kStages * QTile::kBytes;
   static constexpr int kDs = kDo + kStages * QTile::kBytes;
-  static constexpr int kDq = kDs + kConsumers * kDsBytes;
-  static constexpr int kLse = kDq + kConsumers * kDqBytes;
+  static constexpr int kLse = kDs + kConsumers * kDsBytes;
   static constexpr int kDelta = kLse + kStages * kBlockM * 4;
   static constexpr int kBarriers = kDelta + kStages * kBlockM * 4;
   static constexpr int kBarrierCount = 1 + 2 * kStages;  // K/V full; per stage step full, empty
@@ -89,7 +91,6 @@ struct BackwardShared {
   __device__ unsigned char* q(int s) const { return at(Traits::kQ + s * Traits::QTile::kBytes); }
   __device__ unsigned char* dout(int s) const { return at(Traits::kDo + s * Traits::QTile::kBytes); }
   __device__ unsigned char* ds(int c) const { return at(Traits::kDs + c * Traits::kDsBytes); }
-  __device__ float* dq(int c) const { return reinterpret_cast<float*>(at(Traits::kDq + c * Traits::kDqBytes)); }
   __device__ float* lse(int s) const { return reinterpret_cast<float*>(at(Traits::kLse + s * Traits::kBlockM * 4)); }
   __device__ float* delta(int s) const { return reinterpret_cast<float*>(at(Traits::kDelta + s * Traits::kBlockM * 4)); }
   __device__ std::uint64_t* barriers() const { return reinterpret_cast<std::uint64_t*>(at(Traits::kBarriers)); }
@@ -253,7 +254,6 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
   const bwd::BackwardParams& p = params.args;
   const int lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
   const int g = lane >> 2, t = lane & 3;
-  const int thread_in_group = threadIdx.x & 127;
   const int group_barrier = 1 + consumer;
   const std::int64_t key0 = tile.n0 + consumer * 64 + warp * 16;  // this warp's first key
   const unsigned char* k_rows = smem.k() + consumer * 64 * 128;
@@ -286,21 +286,23 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
                             (p.mask.active() &&
                              !p.mask.tile_fully_visible(st.m0, st.m0 + Traits::kBlockM, tile.n0,
                                                         tile.n0 + Traits::kBlockN));
-    const float* lse = smem.lse(s);
-    const float* delta = smem.delta(s);
 #pragma unroll
-    for (int nt = 0; nt < Traits::kQTiles; ++nt)
+    for (int nt = 0; nt < Traits::kQTiles; ++nt) {
+      // This thread's two query columns of the tile: one 8-byte load each of lse and delta.
+      const float2 lse = *reinterpret_cast<const float2*>(smem.lse(s) + nt * 8 + 2 * t);
+      const float2 delta = *reinterpret_cast<const float2*>(smem.delta(s) + nt * 8 + 2 * t);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int col = nt * 8 + 2 * t + (c & 1);
-        float prob = fast_exp2(fmaf(s_t[nt][c], p.scale_log2, -lse[col]));
+        float prob = fast_exp2(fmaf(s_t[nt][c], p.scale_log2, -((c & 1) ? lse.y : lse.x)));
         if (needs_mask) {
           const std::int64_t j = key0 + g + 8 * (c >> 1), i = st.m0 + col;
           if (j >= p.k_len || !p.mask.visible(i, j)) prob = 0.0f;
         }
         s_t[nt][c] = prob;
-        dp_t[nt][c] = prob * (dp_t[nt][c] - delta[col]);
+        dp_t[nt][c] = prob * (dp_t[nt][c] - ((c & 1) ? delta.y : delta.x));
       }
+    }
     std::uint32_t p_a[Traits::kBlockM / 16][4], ds_a[Traits::kBlockM / 16][4];
     to_a_fragments<Element, Traits::kQTiles>(p_a, s_t);
     to_a_fragments<Element, Traits::kQTiles>(ds_a, dp_t);
@@ -333,28 +335,17 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     __syncwarp();
     if (lane == 0) ptx::mbarrier_arrive(smem.step_empty(s));
 
-    // dQ part -> this consumer's float32 staging tile -> one bulk reduce-add into the accumulator.
-    // The previous step's reduce must have read the staging tile before it is overwritten.
-    if (thread_in_group == 0) ptx::bulk_wait_read<0>();
-    ptx::named_barrier_sync(group_barrier, 128);
-    float* dq_buf = smem.dq(consumer);
+    // dQ part += into the fragment-ordered float32 accumulator (backward/dq_accum.cuh, shared
+    // with the sm80 family and its postprocess): one 16-byte red per fragment, no barrier. (A
+    // staging tile with one bulk reduce-add per step measured 10-25% slower: perf-notes.)
+    const std::int64_t bh = tile.b * p.q_heads + st.h;
+    const std::int64_t row_block = (st.m0 + warp * 16) / 16;
 #pragma unroll
-    for (int dt = 0; dt < Traits::kDTiles; ++dt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = warp * 16 + g + 8 * half, col = dt * 8 + 2 * t;
-        *reinterpret_cast<float2*>(dq_buf + row * Traits::kHeadDim + col) =
-            make_float2(dq[dt][2 * half], dq[dt][2 * half + 1]);
-      }
-    ptx::fence_shared_to_async();
-    ptx::named_barrier_sync(group_barrier, 128);
-    if (thread_in_group == 0) {
-      const std::int64_t row = (tile.b * p.q_heads + st.h) * p.rows_padded + st.m0;
-      ptx::bulk_reduce_add_f32(p.dq_accum + row * p.accum_width, dq_buf, Traits::kDqBytes);
-      ptx::bulk_commit();
+    for (int dt = 0; dt < Traits::kDTiles; ++dt) {
+      bwd::dq_accum_add_fragment(bwd::dq_accum_block(p, bh, row_block, dt, p.accum_width), lane,
+                                 dq[dt]);
     }
   }
-  if (thread_in_group == 0) ptx::bulk_wait<0>();
 
   // dK = scale * sum dS^T Q, dV = sum P^T dO: this warp's 16 keys, every column below head_dim.
   Element* dk_out = static_cast<Element*>(p.dk) + tile.b * p.dk_strides.batch + tile.h_kv * p.dk_strides.head;

@@ -1,7 +1,7 @@
 // Launches one instantiation (element type x head dim) of the sm90 backward: preprocess (shared
 // with the sm80 family: delta, lse in log2 units, the dQ accumulator zeroed), the main kernel
 // (tensor maps, grid of key tiles x batch*kv heads, longest first under a mask), and the dQ
-// postprocess of this family (its accumulator is row-major: one bulk reduce-add per tile).
+// postprocess (also the sm80 family's: the accumulator is fragment-ordered, backward/dq_accum.cuh).
 // Each instances/bwd_*.cu file instantiates run_backward_for for one (Element, kHeadDim).
 #pragma once
 
@@ -14,7 +14,6 @@
 #include "../../common/check_cuda.hpp"
 #include "../../common/tensor_map.hpp"
 #include "kernel.cuh"
-#include "postprocess.cuh"
 
 namespace flashpp::cuda::sm90 {
 
@@ -66,7 +65,7 @@ void run_backward_for(const bwd::BackwardParams& params, const detail::BackwardA
     kernel<<<grid, Traits::kThreads, kSmem, stream>>>(p);
     check_launch("sm90 backward kernel launch");
   }
-  launch_dq_postprocess<Element>(params, stream);
+  bwd::launch_postprocess<Element>(params, stream);
 }
 
 }  // namespace flashpp::cuda::sm90
