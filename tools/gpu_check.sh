@@ -4,11 +4,13 @@
 # shapes, then benchmark against torch SDPA (tools/gpu_compare.py) and print, last, a summary
 # and the table. Logs go to $OUT (the device tool's folder) or ./gpu-check-out.
 #
-#   tools/gpu_check.sh [--quick] [--fwd-only] [--no-tests] [--no-sanitizer] [--no-bench]
+#   tools/gpu_check.sh [--quick] [--fwd-only] [--no-tests] [--no-sanitizer] [--no-bench] [--no-poison]
 #                      [--archs "80;90a"] [--filter GTEST_FILTER] [--bench-args "..."]
 #                      [--variants "1 2 3"] [--variant NAME "NVCC FLAGS"]... [--variant-args "..."]
 #                      [--baseline DIR] [--deadline SECONDS]
 #
+# --no-poison: run the tests on the plain build (by default they run on a -DFLASHPP_POISON=ON build,
+# where kernels NaN-fill their shared memory and the backward its workspace before use).
 # --deadline: skip the remaining stages (sanitizer, benchmark, variants) once this many seconds
 # have passed since the start, so that a time-limited call still ends with its summary.
 # --quick: the benchmark's N in {4096, 16384} only. --variants: also build the forward with each
@@ -28,7 +30,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-QUICK="" FWD_ONLY="" RUN_TESTS=1 RUN_SAN=1 RUN_BENCH=1 ARCHS="" FILTER="*" BENCH_ARGS="" VARIANTS="" DEADLINE=1000000
+POISON=1 QUICK="" FWD_ONLY="" RUN_TESTS=1 RUN_SAN=1 RUN_BENCH=1 ARCHS="" FILTER="*" BENCH_ARGS="" VARIANTS="" DEADLINE=1000000
 NAMED_VARIANTS=() VARIANT_FLAGS=() VARIANT_ARGS="--quick --peers none --dtypes fp16" AB=0 BASELINE=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -37,6 +39,7 @@ while [ $# -gt 0 ]; do
     --no-tests) RUN_TESTS=0 ;;
     --no-sanitizer) RUN_SAN=0 ;;
     --no-bench) RUN_BENCH=0 ;;
+    --no-poison) POISON=0 ;;
     --archs) ARCHS="$2"; shift ;;
     --filter) FILTER="$2"; shift ;;
     --bench-args) BENCH_ARGS="$2"; shift ;;
@@ -79,23 +82,46 @@ fi
 GTEST_ARG=()
 [ -d .gtest ] && GTEST_ARG=(-DFLASHPP_GTEST_SOURCE_DIR="$PWD/.gtest")
 
+# Two builds: the tests and the sanitizer run a poison build (-DFLASHPP_POISON=ON: kernels fill
+# their shared memory, the backward its workspace, with NaN before use, so an unwritten element
+# read shows; --no-poison tests the plain build instead); the benchmark times the plain build.
+TEST_BUILD="$BUILD"
+[ "$POISON" = 1 ] && TEST_BUILD="$BUILD-poison"
+build_tree() {  # build_tree DIR POISON(ON|OFF) TARGETS...
+  local dir="$1" poison="$2"; shift 2
+  cmake -S . -B "$dir" -G Ninja -DFLASHPP_CUDA=ON -DFLASHPP_CUDA_ARCHS="$ARCHS" -DFLASHPP_POISON="$poison" \
+      -DFLASHPP_BUILD_TOOLS=OFF -DFLASHPP_BUILD_TESTS=ON "${GTEST_ARG[@]}" >"$OUT/configure_$(basename "$dir").log" 2>&1 &&
+    ninja -C "$dir" -j"$(nproc)" "$@" >"$OUT/build_$(basename "$dir").log" 2>&1
+}
 echo "== configure + build (archs $ARCHS) =="
 t0=$(date +%s)
-if cmake -S . -B "$BUILD" -G Ninja -DFLASHPP_CUDA=ON -DFLASHPP_CUDA_ARCHS="$ARCHS" \
-      -DFLASHPP_BUILD_TOOLS=OFF -DFLASHPP_BUILD_TESTS=ON "${GTEST_ARG[@]}" >"$OUT/configure.log" 2>&1 &&
-   ninja -C "$BUILD" -j"$(nproc)" flashpp flashpp_shared flashpp_gpu_tests >"$OUT/build.log" 2>&1; then
-  SUMMARY+=("build: ok ($(( $(date +%s) - t0 )) s, archs $ARCHS)")
-else
-  tail -n 40 "$OUT/configure.log" "$OUT/build.log"
-  echo "BUILD FAILED (logs in $OUT)"
-  exit 1
+built=()
+if [ "$RUN_TESTS" = 1 ] || [ "$RUN_SAN" = 1 ]; then
+  poison_flag=OFF; [ "$POISON" = 1 ] && poison_flag=ON
+  if build_tree "$TEST_BUILD" "$poison_flag" flashpp flashpp_shared flashpp_gpu_tests; then
+    built+=("$TEST_BUILD")
+  else
+    tail -n 40 "$OUT"/configure_*.log "$OUT"/build_*.log
+    echo "BUILD FAILED (logs in $OUT)"
+    exit 1
+  fi
 fi
-TESTS="$BUILD/tests/gpu/flashpp_gpu_tests"
+if [ ${#built[@]} = 0 ] || { [ "$TEST_BUILD" != "$BUILD" ] && [ "$RUN_BENCH" = 1 ]; }; then
+  if build_tree "$BUILD" OFF flashpp flashpp_shared; then
+    built+=("$BUILD")
+  else
+    tail -n 40 "$OUT"/build_*.log
+    echo "BUILD FAILED (logs in $OUT)"
+    exit 1
+  fi
+fi
+SUMMARY+=("build: ok ($(( $(date +%s) - t0 )) s, archs $ARCHS: ${built[*]})")
+TESTS="$TEST_BUILD/tests/gpu/flashpp_gpu_tests"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 
 # The sm90 kernels must run on the Hopper instructions: HGMMA (wgmma) and bulk tensor copies
 # (UTMALDG), no HMMA (mma.sync) in their objects.
-sm90_objects=$(find "$BUILD" -path '*src/cuda/sm90/*' -name '*.o' 2>/dev/null)
+sm90_objects=$(find "${built[0]}" -path '*src/cuda/sm90/*' -name '*.o' 2>/dev/null)
 if [ -n "$sm90_objects" ] && command -v cuobjdump >/dev/null; then
   hgmma=0 hmma=0 tma=0
   for obj in $sm90_objects; do

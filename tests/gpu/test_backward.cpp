@@ -284,6 +284,34 @@ TEST(CudaBackward, LengthsOneSeventeenAndUnequal) {
   }
 }
 
+// Issue 12: dQ was NaN for tiny key lengths. Keys past Nk arrive as zero rows, and a tile cut by
+// Nk took no element test when no mask was active, so P = exp(0 - lse) overflowed where a row's
+// real scores are all very negative and dQ += dS K turned inf * 0 into NaN. The report's first
+// case, then Nk in {1, 2, 3} x many query rows x every head dim class, causal and not.
+TEST(CudaBackward, Issue12TinyKeyLengthNaN) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  AttentionCase c = make_case({3, 1537, 1, 2, 2, 224}, DType::f16, Layout::bnhd, 1212);
+  c.options.causal = true;
+  c.options.softmax_scale = 0.3f;
+  check_case(c);
+}
+
+TEST(CudaBackward, TinyKeyLengthsEveryHeadDim) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 1300;
+  for (std::int64_t D : {32, 40, 64, 80, 96, 128, 160, 192, 224, 256}) {
+    for (std::int64_t Nk : {1, 2, 3}) {
+      const DType dt = (D / 8 + Nk) % 2 ? DType::f16 : DType::bf16;
+      AttentionCase c = make_case({1, 1537, Nk, 2, 1, D}, dt, Layout::bnhd, ++seed);
+      c.options.causal = Nk != 2;
+      c.options.softmax_scale = 0.3f;
+      c.options.deterministic = Nk == 3;  // dQ by the dQ kernel instead of the main kernel
+      check_case(c);
+      if (::testing::Test::HasFailure()) return;  // the first failing case is the useful one
+    }
+  }
+}
+
 TEST(CudaBackward, GqaRatiosOneToEight) {
   FLASHPP_SKIP_WITHOUT_GPU();
   std::uint64_t seed = 300;

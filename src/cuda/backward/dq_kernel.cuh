@@ -19,6 +19,8 @@
 #include "params.hpp"
 #include "score_gradient.cuh"
 #include "tile_io.cuh"
+#include "tile_visibility.hpp"
+#include "../common/poison.cuh"
 
 namespace flashpp::cuda::bwd {
 
@@ -66,6 +68,7 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
   constexpr int kThreads = Shape::kThreads;
 
   extern __shared__ __align__(128) unsigned char smem[];
+  poison_dynamic_smem(smem);  // test builds only (poison.cuh)
   Element* s_q = reinterpret_cast<Element*>(smem + Shape::kQOffset);
   Element* s_do = reinterpret_cast<Element*>(smem + Shape::kDoOffset);
   auto s_k = [&](int stage) {
@@ -158,7 +161,7 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
 
     // dS element by element, in place of S. Element e of the thread: 8-key block e / 4, row
     // g + 8 * ((e / 2) % 2), key 2t + e % 2 (the mma accumulator layout).
-    const bool element_mask = p.mask.active() && !p.mask.tile_fully_visible(i0, i1, j0, j1);
+    const bool element_mask = tile_needs_element_test(p.mask, i0, i1, j0, j1, kKeyRows);
     const std::uint32_t keep_bits = dropout_keep_bits<kKeyRows / 2, true>(
         p, bh, [&](int e, std::int64_t& i, std::int64_t& j) {
           i = i0 + row0 + g + 8 * ((e / 2) % 2);
@@ -176,7 +179,7 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
           const int half = e / 2;
           const std::int64_t i = i0 + row0 + g + 8 * half;
           const std::int64_t j = j0 + 8 * n + 2 * t + (e & 1);
-          const bool visible = !kMasked || p.mask.visible(i, j);
+          const bool visible = !kMasked || element_visible(p.mask, p.k_len, i, j);
           s_acc[n][e] = score_gradient<kSoftcap, kDropout>(p, s_acc[n][e], dp_acc[n][e], lse_log2[half],
                                                  delta[half], visible, (keep_bits >> (4 * n + e)) & 1u)
                             .ds;

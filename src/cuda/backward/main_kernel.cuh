@@ -42,6 +42,8 @@
 #include "split_unit.cuh"
 #include "tail_split.hpp"
 #include "tile_io.cuh"
+#include "tile_visibility.hpp"
+#include "../common/poison.cuh"
 
 namespace flashpp::cuda::bwd {
 
@@ -110,20 +112,6 @@ __device__ __forceinline__ std::uint32_t* pair_address(Element* tile, int row, i
   return reinterpret_cast<std::uint32_t*>(tile + Tile::offset(row, col & ~7) + (col & 7));
 }
 
-// The query rows [begin, end) that see at least one key of [j0, j1), from the mask rule
-// -left <= j - (i + shift) <= right.
-struct RowRange {
-  std::int64_t begin, end;
-};
-__device__ __forceinline__ RowRange rows_seeing_keys(const detail::Mask& m, std::int64_t j0,
-                                                     std::int64_t j1, std::int64_t q_len) {
-  std::int64_t begin = j0 - m.shift - m.right;
-  std::int64_t end = (j1 - 1) - m.shift + m.left + 1;
-  begin = begin < 0 ? 0 : begin;
-  end = end > q_len ? q_len : end;
-  return RowRange{begin, end > begin ? end : begin};
-}
-
 // FLASHPP_BWD_TMA=0 (compile definition) keeps cp.async for every tile on sm90 too, and
 // FLASHPP_BWD_STMATRIX=0 the 4-byte stores of P~^T/dS^T (comparisons).
 #ifndef FLASHPP_BWD_TMA
@@ -136,23 +124,6 @@ __device__ __forceinline__ RowRange rows_seeing_keys(const detail::Mask& m, std:
 // kExtras: the instantiation that also handles softcap and dropout (tested per tile inside);
 // the plain one leaves their code out, which saves it registers and spills (ptxas, sm_90a,
 // D=128: 108 -> 56 bytes of spill stores).
-// Visible (query, key) pairs of a tile, as bounds on (key - query) within the tile: the mask
-// rule -left <= j - i - shift <= right with j = j0 + row, i = i0 + col reads
-// lo <= row - col <= hi for lo = -left - (j0 - i0 - shift), hi = right - (j0 - i0 - shift).
-// row - col lies in (-kCols, kRows), so clamping the bounds to [-kCols, kRows] changes no answer
-// and fits them in 32 bits.
-struct TileBand {
-  int lo, hi;
-};
-template <int kRows, int kCols>
-__device__ __forceinline__ TileBand tile_band(const detail::Mask& m, std::int64_t j0_minus_i0) {
-  const std::int64_t base = j0_minus_i0 - m.shift;
-  auto clamp = [](std::int64_t x) {
-    return static_cast<int>(x < -kCols ? -kCols : (x > kRows ? kRows : x));
-  };
-  return TileBand{clamp(-m.left - base), clamp(m.right - base)};
-}
-
 template <typename Element, int kHeadDim, bool kExtras>
 __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
                                   MainTile<kHeadDim>::kMinBlocksPerSm)
@@ -168,6 +139,7 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
 
   // 1024-byte aligned: the bulk copies' 128-byte swizzle is a function of the shared address.
   extern __shared__ __align__(1024) unsigned char main_smem[];
+  poison_dynamic_smem(main_smem);  // test builds only (poison.cuh)
   unsigned char* smem = main_smem;
   Element* s_k = reinterpret_cast<Element*>(smem + Shape::kKOffset);
   Element* s_v = reinterpret_cast<Element*>(smem + Shape::kVOffset);
@@ -389,11 +361,11 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     // next products, so when a warp owns all query columns (kColumnWarps == 1) P~^T never
     // leaves registers and dS^T goes to shared memory only for the dQ product.
     const std::int64_t i1 = i0 + kQueryRows < p.q_len ? i0 + kQueryRows : p.q_len;
-    const bool element_mask = p.mask.active() && !p.mask.tile_fully_visible(i0, i1, j0, j1);
+    const bool element_mask = tile_needs_element_test(p.mask, i0, i1, j0, j1, kKeyRows);
     // The mask rule -left <= (j0 + row) - (i0 + col) - shift <= right, turned once per step into
-    // 32-bit bounds on row - col (clamped to the range row - col can take in a tile), so that an
-    // element's test is two integer compares against a lane constant plus a compile-time offset.
-    const TileBand band = tile_band<kKeyRows, kQueryRows>(p.mask, j0 - i0);
+    // 32-bit bounds on row - col (tile_visibility.hpp), so that an element's test is integer
+    // compares against a lane constant plus a compile-time offset; and the key bound row < Nk - j0.
+    const TileBand band = tile_band<kKeyRows, kQueryRows>(p.mask, j0, j1, i0);
     const int lane_band = key_row0 - score_col0 + g - 2 * t;  // row - col of the lane's element 0
     const auto bh = static_cast<std::uint32_t>(batch * p.q_heads + h);
     constexpr int kTileElements = Shape::kScoreCols / 2;  // per thread and key tile
@@ -427,7 +399,9 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
               const int e = mt * kTileElements + 4 * n + 2 * half + c;
               // row - col - c = lane_band + 16 mt + 8 half - 8 n - c
               const int rel = lane_band + 16 * mt + 8 * half - 8 * n - c;
-              const bool visible = !kMasked || (rel >= band.lo && rel <= band.hi);
+              const int key_row = key_row0 + 16 * mt + 8 * half + g;
+              const bool visible =
+                  !kMasked || (rel >= band.lo && rel <= band.hi && key_row < band.key_rows);
               const ScoreGradient sg = score_gradient<kSoftcap, kDropout>(
                   p, s_acc[mt][n][2 * half + c], dp_acc[mt][n][2 * half + c],
                   c ? lse_pair.y : lse_pair.x, c ? delta_pair.y : delta_pair.x, visible,

@@ -14,6 +14,7 @@
 #include "dq_accum.cuh"
 #include "pre_post.cuh"
 #include "split_unit.cuh"
+#include "../common/poison.cuh"
 
 namespace flashpp::cuda::bwd {
 namespace {
@@ -134,6 +135,7 @@ __host__ __device__ constexpr int post_pitch(int accum_width) {
 template <typename Element>
 __global__ void __launch_bounds__(kPostThreads) bwd_postprocess_kernel(const BackwardParams p) {
   extern __shared__ float band[];  // [band_rows][post_pitch(accum_width)]
+  poison_dynamic_smem(band);  // test builds only (poison.cuh)
   const int band_rows = post_band_rows(p.accum_width);
   const int pitch = post_pitch(p.accum_width);
   // 32-bit block arithmetic: the grid has fewer than 2^31 blocks (backward_unsupported_reason).

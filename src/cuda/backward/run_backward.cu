@@ -15,6 +15,7 @@
 
 #include "../backward.hpp"
 #include "../common/check_cuda.hpp"
+#include "../common/poison.cuh"
 #include "../families.hpp"
 #include "config.hpp"
 #include "launch.hpp"
@@ -206,6 +207,8 @@ void run_backward(const detail::BackwardArgs& args) {
   }
   const BackwardParams p = make_params(args);
   const auto stream = static_cast<cudaStream_t>(args.stream);
+  // Test builds: every workspace byte NaN first, so a read of an unwritten byte shows.
+  poison_device_buffer(args.workspace.data, backward_scratch_bytes(pr, args.deterministic), stream);
   if (use_sm90_backward(args)) {
     sm90::run_backward(p, args, stream);
     return;

@@ -30,6 +30,7 @@
 #include "../../common/warp_reduce.cuh"
 #include "../../common/forward_params.hpp"
 #include "../../common/forward_steps.cuh"
+#include "../../common/poison.cuh"
 
 namespace flashpp::cuda::sm80 {
 
@@ -152,6 +153,7 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kStages = Traits::kStages;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
+  poison_dynamic_smem(smem_raw);  // test builds only (poison.cuh)
   Element* q_smem = reinterpret_cast<Element*>(smem_raw);
   Element* kv_smem = q_smem + Traits::QTile::kElements;  // stage s: K at 2s, V at 2s+1
   auto k_stage = [&](int s) { return kv_smem + (2 * s) * Traits::KVTile::kElements; };

@@ -33,6 +33,7 @@
 #include "../../ptx/mbarrier.cuh"
 #include "../../ptx/warpgroup.cuh"
 #include "../../ptx/wgmma.cuh"
+#include "../../common/poison.cuh"
 
 namespace flashpp::cuda::sm90 {
 
@@ -371,6 +372,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ Sm90BackwardParams params) {
 #if FLASHPP_WGMMA_AVAILABLE
   extern __shared__ __align__(1024) unsigned char smem_raw[];
+  poison_dynamic_smem(smem_raw);  // test builds only (poison.cuh)
   const BackwardShared<Traits> smem{smem_raw};
   const BackwardTile tile = backward_tile<Traits>(params.args);
   if (threadIdx.x == 0) {
