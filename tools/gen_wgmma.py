@@ -7,7 +7,7 @@ N/2 operands; this script writes them instead of a person. Run it after changing
 """
 import pathlib
 
-SHAPES = [64, 80, 96, 112, 128, 176, 192, 256]  # the N of m64nNk16 the kernels use
+SHAPES = [32, 64, 80, 96, 112, 128, 176, 192, 256]  # the N of m64nNk16 the kernels use
 TYPES = {"__half": "f16", "__nv_bfloat16": "bf16"}
 OUT = pathlib.Path(__file__).resolve().parent.parent / "src/cuda/ptx/wgmma_shapes.inc"
 

@@ -144,8 +144,9 @@ std::string sm90_backward_unsupported(const detail::BackwardArgs& a) {
 
 // The backward's family. FLASHPP_CUDA_FAMILY=sm80 forces sm80 and =sm90 forces sm90 (an error
 // where it does not apply); FLASHPP_SM90_BACKWARD=1 / =0 turns the sm90 backward on / off
-// wherever it applies. Otherwise sm90 runs where it measured faster than sm80 on the H100:
-// kernel head dim 64 (+17-20%, run 28 in BENCHMARKS.md); at 128 the two are level, sm80 stays.
+// wherever it applies. Otherwise sm90 runs wherever it applies: it measured faster than sm80 on
+// the H100 at kernel head dims 64 (+17-20%, run 28 in BENCHMARKS.md) and 128 (+15-20% since the
+// block's dQ, run 30).
 bool use_sm90_backward(const detail::BackwardArgs& args) {
   const std::string requested = requested_family();
   if (requested == "sm80") return false;
@@ -156,9 +157,7 @@ bool use_sm90_backward(const detail::BackwardArgs& args) {
   }
   if (!why_not.empty()) return false;
   const char* opt = std::getenv("FLASHPP_SM90_BACKWARD");
-  if (opt != nullptr && std::string(opt) == "1") return true;
-  if (opt != nullptr && std::string(opt) == "0") return false;
-  return bwd::kernel_head_dim(args.problem.D) == 64;
+  return opt == nullptr || std::string(opt) != "0";
 }
 
 // Largest grid the kernels flatten into blockIdx.x.

@@ -10,9 +10,12 @@
 //         S^T = K Q^T,  dP^T = V dO^T                 (wgmma, both operands in shared memory)
 //         P^T = exp2(S^T * scale*log2e - lse_log2),  dS^T = P^T o (dP^T - delta)   (registers)
 //         dV += P^T dO,  dK += dS^T Q                 (wgmma, P^T and dS^T from registers)
-//         dQ_part = dS K                              (wgmma, dS^T staged in shared memory)
-//     and adds its dQ part into the float32 dQ accumulator with 16-byte atomics straight from
-//     registers (the sm80 family's fragment-ordered accumulator and postprocess).
+//         dQ = dS K                                   (wgmma, dS^T staged in shared memory)
+//     dQ is the block's at D=128: both consumers' dS^T (all 128 keys) times K, each consumer
+//     computing half of dQ's columns (half the atomic traffic); at D=64 each consumer's 64-key
+//     part of every column (FLASHPP_SM90_BWD_BLOCK_DQ forces one or the other); added into the float32 dQ accumulator
+//     with 16-byte atomics straight from registers (the sm80 family's fragment-ordered
+//     accumulator and postprocess).
 // At the end dK is scaled and dK, dV are stored; the postprocess turns the dQ accumulator into dq.
 // Rows past Nq arrive as zeros with lse_log2 = +inf (P = 0); keys past Nk arrive as zeros and are
 // masked. Softcap, dropout and the deterministic mode run on the sm80 family (dispatch).
@@ -40,6 +43,11 @@ namespace flashpp::cuda::sm90 {
 #ifndef FLASHPP_SM90_BWD_STAGES
 #define FLASHPP_SM90_BWD_STAGES 2
 #endif
+// The block's dQ (1) or each consumer's part (0); -1: by head dim (the block's from 128 up:
+// +17% at D=128, -10% at D=64 on the H100, perf-notes).
+#ifndef FLASHPP_SM90_BWD_BLOCK_DQ
+#define FLASHPP_SM90_BWD_BLOCK_DQ -1
+#endif
 
 struct Sm90BackwardParams {
   bwd::BackwardParams args;
@@ -58,13 +66,21 @@ struct Sm90BackwardTraits {
   static constexpr int kStages = FLASHPP_SM90_BWD_STAGES;  // Q/dO/lse/delta ring depth
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kQTiles = kBlockM / 8;      // 8-query column tiles of S^T
-  static constexpr int kDTiles = kHeadDim / 8;     // 8-column tiles of dK, dV, dQ
+  static constexpr int kDTiles = kHeadDim / 8;     // 8-column tiles of dK, dV
+  // dQ per step: the block's (kBlockDq: 128 keys, each consumer kDqColumns of the columns) or
+  // each consumer's own 64-key part of every column.
+  static constexpr bool kBlockDq =
+      FLASHPP_SM90_BWD_BLOCK_DQ < 0 ? kHeadDim >= 128 : FLASHPP_SM90_BWD_BLOCK_DQ != 0;
+  static constexpr int kDqColumns = kBlockDq ? kHeadDim / kConsumers : kHeadDim;
+  static constexpr int kDqTiles = kDqColumns / 8;
+  static constexpr int kDsBuffers = kBlockDq ? 2 : 1;  // the other consumer reads ours: 2 deep
 
   using KTile = SwizzledTile<kBlockN, kPaddedHeadDim>;
   using QTile = SwizzledTile<kBlockM, kPaddedHeadDim>;
   static constexpr int kKPanelBytes = kBlockN * 128;
   static constexpr int kQPanelBytes = kBlockM * 128;
   static constexpr int kDsBytes = 64 * kBlockM * 2;   // one consumer's dS^T, 64 keys x 64 queries
+  static constexpr int kDsBufferBytes = kConsumers * kDsBytes;  // all consumers', keys in order
 
   // Byte offsets in shared memory (every tile 1024-byte aligned).
   static constexpr int kK = 0;
@@ -72,7 +88,7 @@ struct Sm90BackwardTraits {
   static constexpr int kQ = kV + KTile::kBytes;
   static constexpr int kDo = kQ + kStages * QTile::kBytes;
   static constexpr int kDs = kDo + kStages * QTile::kBytes;
-  static constexpr int kLse = kDs + kConsumers * kDsBytes;
+  static constexpr int kLse = kDs + kDsBuffers * kDsBufferBytes;
   static constexpr int kDelta = kLse + kStages * kBlockM * 4;
   static constexpr int kBarriers = kDelta + kStages * kBlockM * 4;
   static constexpr int kBarrierCount = 1 + 2 * kStages;  // K/V full; per stage step full, empty
@@ -91,7 +107,11 @@ struct BackwardShared {
   __device__ unsigned char* v() const { return at(Traits::kV); }
   __device__ unsigned char* q(int s) const { return at(Traits::kQ + s * Traits::QTile::kBytes); }
   __device__ unsigned char* dout(int s) const { return at(Traits::kDo + s * Traits::QTile::kBytes); }
-  __device__ unsigned char* ds(int c) const { return at(Traits::kDs + c * Traits::kDsBytes); }
+  // dS^T of consumer c in buffer `buffer`: the consumers' tiles are adjacent, so buffer(b) reads
+  // as one 128-key tile.
+  __device__ unsigned char* ds(int buffer, int c) const {
+    return at(Traits::kDs + buffer * Traits::kDsBufferBytes + c * Traits::kDsBytes);
+  }
   __device__ float* lse(int s) const { return reinterpret_cast<float*>(at(Traits::kLse + s * Traits::kBlockM * 4)); }
   __device__ float* delta(int s) const { return reinterpret_cast<float*>(at(Traits::kDelta + s * Traits::kBlockM * 4)); }
   __device__ std::uint64_t* barriers() const { return reinterpret_cast<std::uint64_t*>(at(Traits::kBarriers)); }
@@ -220,16 +240,20 @@ __device__ __forceinline__ void issue_key_gradient(float (&acc)[Traits::kDTiles]
   }
 }
 
-// dQ part = dS (this consumer's dS^T in shared memory, read transposed) K (its 64 keys, MN-major).
-template <typename Traits>
-__device__ __forceinline__ void issue_query_gradient(float (&acc)[Traits::kDTiles][4],
-                                                     const unsigned char* ds, const unsigned char* k) {
-  using Mma = ptx::WgmmaShape<Traits::kHeadDim, typename Traits::Element>;
+// dQ = dS (dS^T in shared memory, read transposed) K (MN-major), over kKeys keys and kDqColumns
+// columns starting at column col0 of K (col0 a multiple of 8: inside a 64-column panel the start
+// address moves along the swizzled row, as a K-major k16 step does).
+template <typename Traits, int kKeys>
+__device__ __forceinline__ void issue_query_gradient(float (&acc)[Traits::kDqTiles][4],
+                                                     const unsigned char* ds, const unsigned char* k,
+                                                     int col0) {
+  using Mma = ptx::WgmmaShape<Traits::kDqColumns, typename Traits::Element>;
   const std::uint64_t a_desc = ptx::smem_descriptor<ptx::Major::mn>(ds, Traits::kDsBytes);
-  const std::uint64_t b_desc = ptx::smem_descriptor<ptx::Major::mn>(k, Traits::kKPanelBytes);
-  auto& d = reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(acc);
+  const std::uint64_t b_desc = ptx::smem_descriptor<ptx::Major::mn>(
+      k + (col0 / 64) * Traits::kKPanelBytes + (col0 % 64) * 2, Traits::kKPanelBytes);
+  auto& d = reinterpret_cast<float(&)[Traits::kDqColumns / 2]>(acc);
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {  // 64 keys
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
     Mma::template ss<1, 1>(d, ptx::advance_descriptor(a_desc, kk * 2048),
                            ptx::advance_descriptor(b_desc, kk * 2048), kk > 0 ? 1 : 0);
   }
@@ -255,7 +279,9 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
   const bwd::BackwardParams& p = params.args;
   const int lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
   const int g = lane >> 2, t = lane & 3;
-  const int group_barrier = 1 + consumer;
+  // dS^T complete: this consumer's (own dQ part) or every consumer's (block dQ) before the product.
+  const int ds_barrier = Traits::kBlockDq ? 1 : 1 + consumer;
+  const int ds_threads = Traits::kBlockDq ? 128 * Traits::kConsumers : 128;
   const std::int64_t key0 = tile.n0 + consumer * 64 + warp * 16;  // this warp's first key
   const unsigned char* k_rows = smem.k() + consumer * 64 * 128;
   const unsigned char* v_rows = smem.v() + consumer * 64 * 128;
@@ -309,7 +335,8 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     to_a_fragments<Element, Traits::kQTiles>(ds_a, dp_t);
 
     // dS^T (16-bit) into this consumer's 128-byte-swizzled buffer for the dQ product.
-    unsigned char* ds_buf = smem.ds(consumer);
+    const int ds_buffer = Traits::kDsBuffers > 1 ? step & 1 : 0;
+    unsigned char* ds_buf = smem.ds(ds_buffer, consumer);
 #pragma unroll
     for (int nt = 0; nt < Traits::kQTiles; ++nt)
 #pragma unroll
@@ -319,32 +346,40 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
         *reinterpret_cast<std::uint32_t*>(ds_buf + offset) = ds_a[nt / 2][(nt & 1) * 2 + half];
       }
     ptx::fence_shared_to_async();
-    ptx::named_barrier_sync(group_barrier, 128);
+    // With the block's dQ, the other consumer reads this buffer too; it is written again two
+    // steps later, after the next step's barrier, which both pass only once done with this one.
+    ptx::named_barrier_sync(ds_barrier, ds_threads);
 
-    float dq[Traits::kDTiles][4];
+    float dq[Traits::kDqTiles][4];
     ptx::wgmma_fence();
     issue_key_gradient<Traits>(dv, p_a, smem.dout(s));
     issue_key_gradient<Traits>(dk, ds_a, smem.q(s));
-    issue_query_gradient<Traits>(dq, ds_buf, k_rows);
+    if constexpr (Traits::kBlockDq) {
+      issue_query_gradient<Traits, Traits::kBlockN>(dq, smem.ds(ds_buffer, 0), smem.k(),
+                                                    consumer * Traits::kDqColumns);
+    } else {
+      issue_query_gradient<Traits, 64>(dq, ds_buf, k_rows, 0);
+    }
     ptx::wgmma_commit();
     ptx::wgmma_wait<0>();
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(dv));
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(dk));
-    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(dq));
+    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kDqColumns / 2]>(dq));
     ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockM / 4]>(p_a));
     ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockM / 4]>(ds_a));
     __syncwarp();
     if (lane == 0) ptx::mbarrier_arrive(smem.step_empty(s));
 
-    // dQ part += into the fragment-ordered float32 accumulator (backward/dq_accum.cuh, shared
-    // with the sm80 family and its postprocess): one 16-byte red per fragment, no barrier. (A
-    // staging tile with one bulk reduce-add per step measured 10-25% slower: perf-notes.)
+    // dQ += into the fragment-ordered float32 accumulator (backward/dq_accum.cuh, shared with
+    // the sm80 family and its postprocess): one 16-byte red per fragment, no barrier. (A staging
+    // tile with one bulk reduce-add per step measured 10-25% slower: perf-notes.)
     const std::int64_t bh = tile.b * p.q_heads + st.h;
     const std::int64_t row_block = (st.m0 + warp * 16) / 16;
+    const int dt0 = Traits::kBlockDq ? consumer * Traits::kDqTiles : 0;
 #pragma unroll
-    for (int dt = 0; dt < Traits::kDTiles; ++dt) {
-      bwd::dq_accum_add_fragment(bwd::dq_accum_block(p, bh, row_block, dt, p.accum_width), lane,
-                                 dq[dt]);
+    for (int dt = 0; dt < Traits::kDqTiles; ++dt) {
+      bwd::dq_accum_add_fragment(bwd::dq_accum_block(p, bh, row_block, dt0 + dt, p.accum_width),
+                                 lane, dq[dt]);
     }
   }
 
