@@ -8,7 +8,9 @@ after each other one, equally often), with the calls queued back to back (GPU ti
 time_interleaved); median over the rounds.
 --alt NAME=PATH adds other builds of the library (variants) to the same interleaved timing;
 --alt NAME=env:VAR=VALUE adds this build run with VAR=VALUE in the environment (e.g.
-sm80=env:FLASHPP_CUDA_FAMILY=sm80: the portable kernel family against the Hopper one). FLOPs: forward 4*B*Hq*Nq*Nk*D (halved when causal), backward 2.5x forward.
+sm80=env:FLASHPP_CUDA_FAMILY=sm80: the portable kernel family against the Hopper one);
+--alt NAME=opt:FIELD=VALUE this build with one field of the options changed (e.g.
+det=opt:deterministic=1); several settings join with '+' (det90=opt:deterministic=1+env:FLASHPP_SM90_BACKWARD=1). FLOPs: forward 4*B*Hq*Nq*Nk*D (halved when causal), backward 2.5x forward.
 Prints, last, one table per direction: TFLOPS of each and ours/peer ratios.
 
   python3 tools/gpu_compare.py --lib build-gpu/libflashpp.so [--quick] [--fwd-only | --bwd-only]
@@ -144,6 +146,24 @@ class WithEnv:
         run = self._wrap(inner)
         run.keep_alive = inner
         return run
+
+
+class WithOption:
+    """A Flashpp whose calls run with one field of the options changed (e.g. deterministic=1)."""
+
+    def __init__(self, fp, field, value):
+        self.fp, self.field, self.value = fp, field, int(value)
+
+    def _opts(self, opts):
+        changed = Options.from_buffer_copy(opts)
+        setattr(changed, self.field, self.value)
+        return changed
+
+    def backward(self, *args):
+        return self.fp.backward(*args[:-1], self._opts(args[-1]))
+
+    def bound(self, direction, tensors, opts):
+        return self.fp.bound(direction, tensors, self._opts(opts))
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,9 +362,13 @@ def main():
     alts = {}
     for spec in args.alt:
         name, path = spec.split("=", 1)
-        if path.startswith("env:"):
-            var, value = path[len("env:"):].split("=", 1)
-            alts[name] = WithEnv(fp, var, value)
+        if path.startswith(("env:", "opt:")):  # one or more, joined by '+'
+            lib = fp
+            for part in path.split("+"):
+                kind, setting = part.split(":", 1)
+                key, value = setting.split("=", 1)
+                lib = WithEnv(lib, key, value) if kind == "env" else WithOption(lib, key, value)
+            alts[name] = lib
             continue
         # A private copy: the dynamic loader would otherwise hand back the already-loaded library.
         copy = os.path.join(tempfile.mkdtemp(), f"libflashpp_{name}.so")

@@ -73,8 +73,15 @@ struct WorkspaceLayout {
   std::int64_t split_capacity = 0;  // units the split area holds (tail_split.hpp)
   std::size_t delta_offset = 0, lse_offset = 0, dq_accum_offset = 0;  // bytes
   std::size_t split_offset = 0;  // split_capacity x (dV, dK) x key rows x accum_width floats
+  // Ordered dQ (the sm90 family's deterministic mode): one int32 turn counter per
+  // kSemaphoreRows query rows of each (batch, query head).
+  std::size_t semaphore_offset = 0;
+  std::int64_t semaphore_count = 0;
   std::size_t total_bytes = 0;
 };
+
+inline constexpr std::int64_t kSemaphoreRows = 64;
+static_assert(kRowPadding % kSemaphoreRows == 0, "turn counters cover whole padded rows");
 
 constexpr std::size_t align_up(std::size_t bytes, std::size_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
@@ -86,11 +93,12 @@ constexpr std::size_t split_unit_floats(int accum_width) {
 }
 
 // delta and lse_log2 always; dq_accum and the split area only when dQ is accumulated with
-// atomics (the deterministic mode computes dQ in its own kernel and splits no unit).
+// atomics (the sm80 deterministic mode computes dQ in its own kernel and splits no unit). With
+// ordered_dq (the sm90 deterministic mode) dq_accum and its turn counters, no split area.
 constexpr WorkspaceLayout workspace_layout(std::int64_t batch, std::int64_t q_heads,
                                            std::int64_t q_len, std::int64_t kv_heads,
                                            std::int64_t k_len, std::int64_t head_dim,
-                                           bool deterministic) {
+                                           bool deterministic, bool ordered_dq = false) {
   WorkspaceLayout w;
   w.rows_padded = (q_len + kRowPadding - 1) / kRowPadding * kRowPadding;
   w.accum_width = kernel_head_dim(head_dim);
@@ -98,6 +106,14 @@ constexpr WorkspaceLayout workspace_layout(std::int64_t batch, std::int64_t q_he
   w.delta_offset = 0;
   w.lse_offset = align_up(rows * sizeof(float), 256);
   w.dq_accum_offset = w.lse_offset + align_up(rows * sizeof(float), 256);
+  if (deterministic && ordered_dq) {
+    w.semaphore_offset =
+        w.dq_accum_offset + align_up(rows * static_cast<std::size_t>(w.accum_width) * sizeof(float), 256);
+    w.semaphore_count = static_cast<std::int64_t>(rows) / kSemaphoreRows;
+    w.split_offset = w.total_bytes =
+        w.semaphore_offset + align_up(static_cast<std::size_t>(w.semaphore_count) * 4, 256);
+    return w;
+  }
   if (deterministic) {
     w.split_offset = w.total_bytes = w.dq_accum_offset;
     return w;

@@ -51,6 +51,9 @@ struct BackwardParams {
   float* delta = nullptr;
   float* lse_log2 = nullptr;
   float* dq_accum = nullptr;
+  //   dq_turns [B*Hq, rows_padded / 64] int32, zeroed: the sm90 deterministic mode's count of dQ
+  //            additions done into each 64-row query tile (config.hpp kSemaphoreRows)
+  int* dq_turns = nullptr;
   std::int64_t rows_padded = 0;
   int accum_width = 0;
   //   split partials [split_capacity][dV, dK][key rows][accum_width]: float32 sums of the main

@@ -45,7 +45,44 @@ std::string misaligned_tensor(const detail::BackwardArgs& a) {
   return {};
 }
 
-BackwardParams make_params(const detail::BackwardArgs& a) {
+// Why the sm90 family cannot run this backward (empty when it can): its device and build, and
+// what it covers so far (head dims 64 and 128 after rounding up; no softcap or dropout, which run
+// on the sm80 family).
+std::string sm90_backward_unsupported(const detail::Problem& pr) {
+  std::string reason = sm90_unavailable_reason(pr.device.index);
+  if (!reason.empty()) return reason;
+  const int d = bwd::kernel_head_dim(pr.D);
+  if (d != 64 && d != 128) return "the sm90 backward covers head dims up to 64 and 65..128";
+  if (pr.softcap > 0.0f) return "the sm90 backward has no softcap yet";
+  if (pr.dropout.threshold != 0) return "the sm90 backward has no dropout yet";
+  if (pr.B * pr.Hkv > 65535) return "batch * kv heads above 65535";
+  return {};
+}
+
+// The backward's family. FLASHPP_CUDA_FAMILY=sm80 forces sm80 and =sm90 forces sm90 (an error
+// where it does not apply); FLASHPP_SM90_BACKWARD=1 / =0 turns the sm90 backward on / off
+// wherever it applies. Otherwise sm90 runs wherever it applies: it measured faster than sm80 on
+// the H100 at kernel head dims 64 (+17-20%, run 28 in BENCHMARKS.md) and 128 (+15-20% since the
+// block's dQ, run 30).
+// The workspace query and the run both ask, so they agree.
+bool use_sm90_backward(const detail::Problem& pr, bool deterministic) {
+  const std::string requested = requested_family();
+  if (requested == "sm80") return false;
+  const std::string why_not = sm90_backward_unsupported(pr);
+  if (requested == "sm90") {
+    if (!why_not.empty()) throw Error(ErrorCode::unsupported, "FLASHPP_CUDA_FAMILY=sm90: " + why_not);
+    return true;
+  }
+  if (!why_not.empty()) return false;
+  const char* opt = std::getenv("FLASHPP_SM90_BACKWARD");
+  if (opt != nullptr && std::string(opt) == "0") return false;
+  // The deterministic mode's ordered dQ measured 0.55-0.62x of the sm90 non-deterministic speed
+  // (run 31): opt-in (FLASHPP_SM90_BACKWARD=1) until it beats the sm80 dQ kernel.
+  if (deterministic) return opt != nullptr && std::string(opt) == "1";
+  return true;
+}
+
+BackwardParams make_params(const detail::BackwardArgs& a, bool sm90) {
   const detail::Problem& pr = a.problem;
   BackwardParams p;
   p.q = a.q.data;
@@ -81,12 +118,14 @@ BackwardParams make_params(const detail::BackwardArgs& a) {
   p.mask = pr.mask;
   p.dropout = pr.dropout;
 
-  const bwd::WorkspaceLayout w =
-      bwd::workspace_layout(pr.B, pr.Hq, pr.Nq, pr.Hkv, pr.Nk, pr.D, a.deterministic);
+  const bool ordered_dq = a.deterministic && sm90;
+  const bwd::WorkspaceLayout w = bwd::workspace_layout(pr.B, pr.Hq, pr.Nq, pr.Hkv, pr.Nk, pr.D,
+                                                       a.deterministic, ordered_dq);
   auto* base = static_cast<unsigned char*>(a.workspace.data);
   p.delta = reinterpret_cast<float*>(base + w.delta_offset);
   p.lse_log2 = reinterpret_cast<float*>(base + w.lse_offset);
-  p.dq_accum = a.deterministic ? nullptr : reinterpret_cast<float*>(base + w.dq_accum_offset);
+  p.dq_accum = a.deterministic && !ordered_dq ? nullptr : reinterpret_cast<float*>(base + w.dq_accum_offset);
+  if (ordered_dq) p.dq_turns = reinterpret_cast<int*>(base + w.semaphore_offset);
   p.rows_padded = w.rows_padded;
   p.accum_width = w.accum_width;
   if (!a.deterministic) {
@@ -127,39 +166,6 @@ void dispatch_head_dim(const BackwardParams& p, bool deterministic, cudaStream_t
   }
 }
 
-// Why the sm90 family cannot run this backward (empty when it can): its device and build, and
-// what its first stage covers (head dims 64 and 128 after rounding up; no softcap, dropout or
-// deterministic mode, which run on the sm80 family).
-std::string sm90_backward_unsupported(const detail::BackwardArgs& a) {
-  std::string reason = sm90_unavailable_reason(a.problem.device.index);
-  if (!reason.empty()) return reason;
-  const int d = bwd::kernel_head_dim(a.problem.D);
-  if (d != 64 && d != 128) return "the sm90 backward covers head dims up to 64 and 65..128";
-  if (a.problem.softcap > 0.0f) return "the sm90 backward has no softcap yet";
-  if (a.problem.dropout.threshold != 0) return "the sm90 backward has no dropout yet";
-  if (a.deterministic) return "the sm90 backward has no deterministic mode yet";
-  if (a.problem.B * a.problem.Hkv > 65535) return "batch * kv heads above 65535";
-  return {};
-}
-
-// The backward's family. FLASHPP_CUDA_FAMILY=sm80 forces sm80 and =sm90 forces sm90 (an error
-// where it does not apply); FLASHPP_SM90_BACKWARD=1 / =0 turns the sm90 backward on / off
-// wherever it applies. Otherwise sm90 runs wherever it applies: it measured faster than sm80 on
-// the H100 at kernel head dims 64 (+17-20%, run 28 in BENCHMARKS.md) and 128 (+15-20% since the
-// block's dQ, run 30).
-bool use_sm90_backward(const detail::BackwardArgs& args) {
-  const std::string requested = requested_family();
-  if (requested == "sm80") return false;
-  const std::string why_not = sm90_backward_unsupported(args);
-  if (requested == "sm90") {
-    if (!why_not.empty()) throw Error(ErrorCode::unsupported, "FLASHPP_CUDA_FAMILY=sm90: " + why_not);
-    return true;
-  }
-  if (!why_not.empty()) return false;
-  const char* opt = std::getenv("FLASHPP_SM90_BACKWARD");
-  return opt == nullptr || std::string(opt) != "0";
-}
-
 // Largest grid the kernels flatten into blockIdx.x.
 constexpr std::int64_t kMaxBlocks = std::numeric_limits<std::int32_t>::max();
 
@@ -186,7 +192,9 @@ std::string backward_unsupported_reason(const detail::Problem& p) {
 
 std::size_t backward_scratch_bytes(const detail::Problem& p, bool deterministic) {
   if (p.B == 0 || p.Hq == 0) return 0;
-  return bwd::workspace_layout(p.B, p.Hq, p.Nq, p.Hkv, p.Nk, p.D, deterministic).total_bytes;
+  const bool ordered_dq = deterministic && use_sm90_backward(p, deterministic);
+  return bwd::workspace_layout(p.B, p.Hq, p.Nq, p.Hkv, p.Nk, p.D, deterministic, ordered_dq)
+      .total_bytes;
 }
 
 void run_backward(const detail::BackwardArgs& args) {
@@ -204,11 +212,12 @@ void run_backward(const detail::BackwardArgs& args) {
     throw Error(ErrorCode::unsupported,
                 "flashpp::backward: workspace: the CUDA backward needs 16-byte aligned scratch");
   }
-  const BackwardParams p = make_params(args);
+  const bool sm90 = use_sm90_backward(args.problem, args.deterministic);
+  const BackwardParams p = make_params(args, sm90);
   const auto stream = static_cast<cudaStream_t>(args.stream);
   // Test builds: every workspace byte NaN first, so a read of an unwritten byte shows.
   poison_device_buffer(args.workspace.data, backward_scratch_bytes(pr, args.deterministic), stream);
-  if (use_sm90_backward(args)) {
+  if (sm90) {
     sm90::run_backward(p, args, stream);
     return;
   }

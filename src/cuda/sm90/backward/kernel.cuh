@@ -18,7 +18,13 @@
 //     accumulator and postprocess).
 // At the end dK is scaled and dK, dV are stored; the postprocess turns the dQ accumulator into dq.
 // Rows past Nq arrive as zeros with lse_log2 = +inf (P = 0); keys past Nk arrive as zeros and are
-// masked. Softcap, dropout and the deterministic mode run on the sm80 family (dispatch).
+// masked. Softcap and dropout run on the sm80 family (dispatch).
+// Deterministic mode (kDeterministic): the dQ additions into a query tile happen in key-tile
+// order: a turn counter per 64-row query tile (ptx/turnstile.cuh), each block waiting until the
+// blocks of the earlier key tiles that see the tile have added theirs. dQ is the block's (the
+// consumers add disjoint columns, so their order does not matter), and blocks walk their query
+// tiles last first, so that under a causal mask every block starts on the tile all of them see
+// and they move down together instead of each waiting for the first block to reach its tiles.
 #pragma once
 
 #include <cuda.h>
@@ -34,6 +40,7 @@
 #include "../../common/swizzle.cuh"
 #include "../../common/tma.cuh"
 #include "../../ptx/mbarrier.cuh"
+#include "../../ptx/turnstile.cuh"
 #include "../../ptx/warpgroup.cuh"
 #include "../../ptx/wgmma.cuh"
 #include "../../common/poison.cuh"
@@ -54,10 +61,11 @@ struct Sm90BackwardParams {
   CUtensorMap q_map, k_map, v_map, dout_map;
 };
 
-template <typename Element_, int kHeadDim_>
+template <typename Element_, int kHeadDim_, bool kDeterministic_ = false>
 struct Sm90BackwardTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kDeterministic = kDeterministic_;
   static constexpr int kPaddedHeadDim = (kHeadDim + 63) / 64 * 64;
   static constexpr int kPanels = kPaddedHeadDim / 64;
   static constexpr int kConsumers = 2;
@@ -70,7 +78,7 @@ struct Sm90BackwardTraits {
   // dQ per step: the block's (kBlockDq: 128 keys, each consumer kDqColumns of the columns) or
   // each consumer's own 64-key part of every column.
   static constexpr bool kBlockDq =
-      FLASHPP_SM90_BWD_BLOCK_DQ < 0 ? kHeadDim >= 128 : FLASHPP_SM90_BWD_BLOCK_DQ != 0;
+      kDeterministic || (FLASHPP_SM90_BWD_BLOCK_DQ < 0 ? kHeadDim >= 128 : FLASHPP_SM90_BWD_BLOCK_DQ != 0);
   static constexpr int kDqColumns = kBlockDq ? kHeadDim / kConsumers : kHeadDim;
   static constexpr int kDqTiles = kDqColumns / 8;
   static constexpr int kDsBuffers = kBlockDq ? 2 : 1;  // the other consumer reads ours: 2 deep
@@ -159,10 +167,24 @@ struct BackwardStep {
   std::int64_t h, m0;
 };
 
+// In the deterministic mode the block walks its steps last first (see the top of this file).
+template <typename Traits>
 __device__ __forceinline__ BackwardStep backward_step(const bwd::BackwardParams& p,
-                                                      const BackwardTile& t, int step, int block_m) {
+                                                      const BackwardTile& t, int step) {
+  if constexpr (Traits::kDeterministic) step = t.steps - 1 - step;
   const std::int64_t tiles = t.m_end - t.m_begin;
-  return BackwardStep{t.h_kv * p.heads_per_kv + step / tiles, (t.m_begin + step % tiles) * block_m};
+  return BackwardStep{t.h_kv * p.heads_per_kv + step / tiles,
+                      (t.m_begin + step % tiles) * Traits::kBlockM};
+}
+
+// Deterministic mode: this block's turn among the key tiles that see query tile st.m0 (they form
+// a run of consecutive key tiles starting at the one holding the tile's first visible key), in
+// counter units (each consumer passes the turn once per step).
+template <typename Traits>
+__device__ __forceinline__ int dq_turn(const bwd::BackwardParams& p, const BackwardTile& t,
+                                       const BackwardStep& st) {
+  const std::int64_t first_tile = p.mask.first_key(st.m0) / Traits::kBlockN;
+  return static_cast<int>(t.n0 / Traits::kBlockN - first_tile) * Traits::kConsumers;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -190,7 +212,7 @@ __device__ __forceinline__ void load_backward_tiles(const Sm90BackwardParams& pa
   for (int step = 0; step < tile.steps; ++step) {
     const int s = step % Traits::kStages;
     wait_step_empty(smem.step_empty(s), Traits::kStages, step);
-    const BackwardStep st = backward_step(p, tile, step, Traits::kBlockM);
+    const BackwardStep st = backward_step<Traits>(p, tile, step);
     const std::int64_t row = (tile.b * p.q_heads + st.h) * p.rows_padded + st.m0;
     mbarrier_expect_bytes(smem.step_full(s), 2 * Traits::QTile::kBytes + 2 * Traits::kBlockM * 4);
 #pragma unroll
@@ -282,6 +304,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
   // dS^T complete: this consumer's (own dQ part) or every consumer's (block dQ) before the product.
   const int ds_barrier = Traits::kBlockDq ? 1 : 1 + consumer;
   const int ds_threads = Traits::kBlockDq ? 128 * Traits::kConsumers : 128;
+  const int turn_barrier = 1 + Traits::kConsumers + consumer;  // deterministic mode: this consumer
   const std::int64_t key0 = tile.n0 + consumer * 64 + warp * 16;  // this warp's first key
   const unsigned char* k_rows = smem.k() + consumer * 64 * 128;
   const unsigned char* v_rows = smem.v() + consumer * 64 * 128;
@@ -295,7 +318,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
   if (tile.steps > 0) mbarrier_wait(smem.kv_full(), 0);
   for (int step = 0; step < tile.steps; ++step) {
     const int s = step % Traits::kStages;
-    const BackwardStep st = backward_step(p, tile, step, Traits::kBlockM);
+    const BackwardStep st = backward_step<Traits>(p, tile, step);
     mbarrier_wait(smem.step_full(s), static_cast<std::uint32_t>(step / Traits::kStages) & 1u);
 
     // S^T and dP^T of this consumer's 64 keys x the step's 64 queries.
@@ -376,10 +399,19 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     const std::int64_t bh = tile.b * p.q_heads + st.h;
     const std::int64_t row_block = (st.m0 + warp * 16) / 16;
     const int dt0 = Traits::kBlockDq ? consumer * Traits::kDqTiles : 0;
+    int* turns = Traits::kDeterministic ? p.dq_turns + bh * (p.rows_padded / 64) + st.m0 / 64 : nullptr;
+    if constexpr (Traits::kDeterministic) {
+      if (threadIdx.x % 128 == 0) ptx::wait_turn(turns, dq_turn<Traits>(p, tile, st));
+      ptx::named_barrier_sync(turn_barrier, 128);
+    }
 #pragma unroll
     for (int dt = 0; dt < Traits::kDqTiles; ++dt) {
       bwd::dq_accum_add_fragment(bwd::dq_accum_block(p, bh, row_block, dt0 + dt, p.accum_width),
                                  lane, dq[dt]);
+    }
+    if constexpr (Traits::kDeterministic) {
+      ptx::named_barrier_sync(turn_barrier, 128);  // every thread's additions, then the release
+      if (threadIdx.x % 128 == 0) ptx::pass_turn(turns);
     }
   }
 

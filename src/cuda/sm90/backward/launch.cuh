@@ -30,40 +30,61 @@ inline void make_backward_map(CUtensorMap* map, const TensorView& t, DType dtype
   }
 }
 
+// The main kernel of Traits over every (key tile, batch * kv head).
+template <typename Traits>
+void launch_main(const bwd::BackwardParams& params, const detail::BackwardArgs& args,
+                 cudaStream_t stream) {
+  Sm90BackwardParams p{};
+  p.args = params;
+  const DType dtype = args.problem.dtype;
+  if (params.q_len > 0) {
+    make_backward_map(&p.q_map, args.q, dtype, Traits::kBlockM, "q");
+    make_backward_map(&p.dout_map, args.dout, dtype, Traits::kBlockM, "dout");
+  }
+  make_backward_map(&p.k_map, args.k, dtype, Traits::kBlockN, "k");
+  make_backward_map(&p.v_map, args.v, dtype, Traits::kBlockN, "v");
+  auto kernel = flash_bwd_sm90_kernel<Traits>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+             "cudaFuncSetAttribute (sm90 backward shared memory)");
+  const std::int64_t n_blocks = (params.k_len + Traits::kBlockN - 1) / Traits::kBlockN;
+  const std::int64_t kv_heads = params.batch * params.kv_heads;
+  // The deterministic mode needs the key tiles of a head to start in rank order (a block waits
+  // for the blocks of lower rank): block_item keeps rank order within a head either way.
+  const bool ordered = FLASHPP_BLOCK_ORDER && params.mask.active();
+  const std::int64_t slots = ordered ? resident_blocks(kernel, Traits::kThreads, kSmem) : 0;
+  p.args.heads_per_group = ordered ? heads_per_group(true, n_blocks, kv_heads, slots) : 1;
+  if (kv_heads > 65535) {
+    throw Error(ErrorCode::unsupported, "sm90 backward: batch * kv heads above 65535");
+  }
+  const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(kv_heads));
+  kernel<<<grid, Traits::kThreads, kSmem, stream>>>(p);
+  check_launch("sm90 backward kernel launch");
+}
+
 template <typename Element, int kHeadDim>
 void run_backward_for(const bwd::BackwardParams& params, const detail::BackwardArgs& args,
                       cudaStream_t stream) {
-  using Traits = Sm90BackwardTraits<Element, kHeadDim>;
   if (params.accum_width != kHeadDim) {
     throw Error(ErrorCode::internal, "sm90 backward: dQ accumulator width differs from the head dim");
+  }
+  const std::size_t turns = static_cast<std::size_t>(params.batch * params.q_heads) *
+                            static_cast<std::size_t>(params.rows_padded / 64);
+  if (args.deterministic && turns > 0 && params.dq_turns == nullptr) {
+    throw Error(ErrorCode::internal, "sm90 backward: deterministic mode without turn counters");
   }
   bwd::launch_preprocess<Element>(params, stream);
   // With keys but no queries the kernel still runs: it loads nothing and writes dK = dV = 0.
   if (params.k_len > 0) {
-    Sm90BackwardParams p{};
-    p.args = params;
-    const DType dtype = args.problem.dtype;
-    if (params.q_len > 0) {
-      make_backward_map(&p.q_map, args.q, dtype, Traits::kBlockM, "q");
-      make_backward_map(&p.dout_map, args.dout, dtype, Traits::kBlockM, "dout");
+    if (args.deterministic) {
+      if (turns > 0) {
+        check_cuda(cudaMemsetAsync(params.dq_turns, 0, turns * sizeof(int), stream),
+                   "cudaMemsetAsync (sm90 backward turn counters)");
+      }
+      launch_main<Sm90BackwardTraits<Element, kHeadDim, true>>(params, args, stream);
+    } else {
+      launch_main<Sm90BackwardTraits<Element, kHeadDim, false>>(params, args, stream);
     }
-    make_backward_map(&p.k_map, args.k, dtype, Traits::kBlockN, "k");
-    make_backward_map(&p.v_map, args.v, dtype, Traits::kBlockN, "v");
-    auto kernel = flash_bwd_sm90_kernel<Traits>;
-    constexpr int kSmem = Traits::kSmemBytes;
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-               "cudaFuncSetAttribute (sm90 backward shared memory)");
-    const std::int64_t n_blocks = (params.k_len + Traits::kBlockN - 1) / Traits::kBlockN;
-    const std::int64_t kv_heads = params.batch * params.kv_heads;
-    const bool ordered = FLASHPP_BLOCK_ORDER && params.mask.active();
-    const std::int64_t slots = ordered ? resident_blocks(kernel, Traits::kThreads, kSmem) : 0;
-    p.args.heads_per_group = ordered ? heads_per_group(true, n_blocks, kv_heads, slots) : 1;
-    if (kv_heads > 65535) {
-      throw Error(ErrorCode::unsupported, "sm90 backward: batch * kv heads above 65535");
-    }
-    const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(kv_heads));
-    kernel<<<grid, Traits::kThreads, kSmem, stream>>>(p);
-    check_launch("sm90 backward kernel launch");
   }
   bwd::launch_postprocess<Element>(params, stream);
 }
