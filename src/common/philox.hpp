@@ -2,12 +2,21 @@
 // dropout keep-mask built on it. Shared verbatim by the CPU and CUDA backends so that both
 // produce the same mask element for element.
 //
-// The keep decision for attention element (b, h, i, j) of a problem with Hq query heads:
-//   counter = (j / 4, i, b * Hq + h, offset_lo)      key = (seed_lo, seed_hi ^ offset_hi)
-//   r       = philox4x32_10(counter, key)[j % 4]
-//   keep    = (r >> 8) >= threshold,  threshold = ceil(p * 2^24)
-// so one Philox call serves four consecutive keys of a row, and the mask depends only on
+// The keep decision for attention element (b, h, i, j) of a problem with Hq query heads: one
+// Philox call yields 16 random bytes, which decide 16 elements,
+//   counter = (4 * (j / 32) + (j % 8) / 2,  8 * (i / 16) + i % 8,  b * Hq + h,  offset_lo)
+//   key     = (seed_lo, seed_hi ^ offset_hi)
+//   byte    = byte 8 * ((i / 8) % 2) + 2 * ((j % 32) / 8) + j % 2 of the call's 16 bytes
+//             (little-endian within each of its four 32-bit words)
+//   keep    = byte >= threshold,  threshold = round(p * 256), at least 1 when p > 0
+// so one call covers rows i and i + 8 of a 16-row block x the keys of a 32-key block congruent
+// to 2c, 2c + 1 modulo 8: exactly the 16 elements one thread holds of a 16 x 32 block in the
+// m16n8 accumulator layout of mma.sync and wgmma. The mask depends only on
 // (seed, offset, b, h, i, j), never on tiling or thread layout.
+//
+// Resolution: the drop probability is quantised to threshold / 256 (p = 0.1 drops 26/256 =
+// 10.16%), and kept elements are scaled by 256 / (256 - threshold), so that the expectation of
+// the output is exact for the probability actually used.
 #pragma once
 
 #include <cstdint>
@@ -57,42 +66,62 @@ FLASHPP_HD PhiloxResult philox4x32_10(std::uint32_t c0, std::uint32_t c1, std::u
 
 // Everything the dropout mask needs, fixed once per call.
 struct DropoutParams {
-  float p = 0.0f;             // probability of dropping
-  float keep_scale = 1.0f;    // 1 / (1 - p), applied to kept probabilities
-  std::uint32_t threshold = 0;  // ceil(p * 2^24): keep iff (r >> 8) >= threshold
+  float p = 0.0f;             // probability of dropping, as requested
+  float keep_scale = 1.0f;    // 256 / (256 - threshold), applied to kept probabilities
+  std::uint32_t threshold = 0;  // round(p * 256) (>= 1 when p > 0): keep iff byte >= threshold
   std::uint32_t key0 = 0, key1 = 0, counter3 = 0;
 
   bool enabled() const { return threshold != 0; }
+  // The drop probability actually applied: threshold / 256.
+  double effective_p() const { return threshold / 256.0; }
 };
 
 inline DropoutParams make_dropout_params(float p, std::uint64_t seed, std::uint64_t offset) {
   DropoutParams d;
   d.p = p;
-  d.keep_scale = p > 0.0f ? static_cast<float>(1.0 / (1.0 - static_cast<double>(p))) : 1.0f;
-  double t = static_cast<double>(p) * 16777216.0;
-  std::uint32_t threshold = static_cast<std::uint32_t>(t);
-  if (static_cast<double>(threshold) < t) ++threshold;
-  d.threshold = threshold;
+  if (p > 0.0f) {
+    double t = static_cast<double>(p) * 256.0 + 0.5;
+    std::uint32_t threshold = t >= 256.0 ? 256u : static_cast<std::uint32_t>(t);
+    if (threshold < 1) threshold = 1;  // a requested dropout is never silently off
+    if (threshold > 255 && p < 1.0f) threshold = 255;  // p < 1 keeps something
+    d.threshold = threshold;
+    d.keep_scale = threshold >= 256 ? 0.0f : static_cast<float>(256.0 / (256.0 - threshold));
+  }
   d.key0 = static_cast<std::uint32_t>(seed);
   d.key1 = static_cast<std::uint32_t>(seed >> 32) ^ static_cast<std::uint32_t>(offset >> 32);
   d.counter3 = static_cast<std::uint32_t>(offset);
   return d;
 }
 
-// The four random words for keys 4*(j/4) .. 4*(j/4)+3 of row i of head bh = b*Hq + h.
-FLASHPP_HD PhiloxResult dropout_random_words(const DropoutParams& d, std::uint32_t bh,
+// The Philox call that decides element (i, j) of head bh = b * Hq + h, and the 15 others that
+// share it (see the top of this file).
+FLASHPP_HD std::uint32_t dropout_counter0(std::uint32_t j) { return ((j >> 5) << 2) | ((j >> 1) & 3u); }
+FLASHPP_HD std::uint32_t dropout_counter1(std::uint32_t i) { return ((i >> 4) << 3) | (i & 7u); }
+
+FLASHPP_HD PhiloxResult dropout_random_bytes(const DropoutParams& d, std::uint32_t bh,
                                              std::uint32_t i, std::uint32_t j) {
-  return philox4x32_10(j >> 2, i, bh, d.counter3, d.key0, d.key1);
+  return philox4x32_10(dropout_counter0(j), dropout_counter1(i), bh, d.counter3, d.key0, d.key1);
 }
 
-FLASHPP_HD bool dropout_keep_word(std::uint32_t word, std::uint32_t threshold) {
-  return (word >> 8) >= threshold;
+// Which of the call's 16 bytes decides element (i, j).
+FLASHPP_HD unsigned dropout_byte_index(std::uint32_t i, std::uint32_t j) {
+  return ((i >> 3) & 1u) * 8u + ((j >> 3) & 3u) * 2u + (j & 1u);
+}
+
+// (Selects rather than an indexed load: with a run-time index, GPU code keeps the words in
+// registers instead of local memory.)
+FLASHPP_HD bool dropout_keep_byte(const PhiloxResult& bytes, unsigned index,
+                                  std::uint32_t threshold) {
+  const std::uint32_t word = (index & 8u) ? ((index & 4u) ? bytes.r[3] : bytes.r[2])
+                                          : ((index & 4u) ? bytes.r[1] : bytes.r[0]);
+  return ((word >> (8u * (index & 3u))) & 0xFFu) >= threshold;
 }
 
 // The keep decision of one element (slow path: one Philox call per element).
 FLASHPP_HD bool dropout_keep(const DropoutParams& d, std::uint32_t bh, std::uint32_t i,
                              std::uint32_t j) {
-  return dropout_keep_word(dropout_random_words(d, bh, i, j).r[j & 3u], d.threshold);
+  return dropout_keep_byte(dropout_random_bytes(d, bh, i, j), dropout_byte_index(i, j),
+                           d.threshold);
 }
 
 }  // namespace flashpp::detail

@@ -1,11 +1,11 @@
 // Dropout: the keep mask every backend applies is exactly detail::dropout_keep (Philox), the
-// backward applies the forward's mask, the keep fraction is 1 - p, and seeds, offsets and heads
-// give different masks.
+// backward applies the forward's mask, the keep fraction is 1 - p (p quantised to 1/256), and
+// seeds, offsets and heads give different masks.
 //
 // Reading the mask back: with D = Nk and V = the identity (v_j = e_j), O_i = sum_j P̃_ij e_j,
-// so O[i, j] = P̃_ij = P_ij * keep_ij / (1 - p). P_ij > 0 everywhere (no mask, moderate
+// so O[i, j] = P̃_ij = P_ij * keep_ij * keep_scale. P_ij > 0 everywhere (no mask, moderate
 // scores), so keep_ij is exactly "O[i, j] != 0", and the kept values must equal the dropout-free
-// output times 1/(1 - p). With dO = the identity too (Nq = D), dV_j = sum_i P̃_ij dO_i gives
+// output times keep_scale = 256 / (256 - threshold). With dO = the identity too (Nq = D), dV_j = sum_i P̃_ij dO_i gives
 // dV[j, i] = P̃_ij: the backward's mask, readable the same way.
 #include <gtest/gtest.h>
 
@@ -61,7 +61,7 @@ TEST_P(DropoutMask, ForwardAndBackwardApplyThePhiloxMask) {
   const ForwardOutputs dropped = run_forward(in, with, backend);
   const Gradients grads = run_backward(in, dropped, with, backend);
   const auto params = make_dropout_params(p, seed, offset);
-  const double keep_scale = 1.0 / (1.0 - p);
+  const double keep_scale = 256.0 / (256.0 - std::lround(p * 256.0));
 
   std::int64_t kept = 0, total = 0;
   for (std::int64_t b = 0; b < kB; ++b)
@@ -95,7 +95,8 @@ TEST_P(DropoutMask, ForwardAndBackwardApplyThePhiloxMask) {
         ASSERT_NEAR(dropped.lse.get(b, h, i), plain.lse.get(b, h, i), 1e-5);
   // Keep fraction: binomial, sigma = sqrt(p (1-p) / n) ≈ 0.0033 for n = 18432; 5 sigma.
   const double fraction = static_cast<double>(kept) / total;
-  EXPECT_NEAR(fraction, 1.0 - p, 5 * std::sqrt(p * (1 - p) / total));
+  const double p_used = params.effective_p();
+  EXPECT_NEAR(fraction, 1.0 - p_used, 5 * std::sqrt(p_used * (1 - p_used) / total));
 }
 
 TEST_P(DropoutMask, SeedOffsetAndHeadChangeTheMask) {
@@ -138,18 +139,21 @@ INSTANTIATE_TEST_SUITE_P(Backends, DropoutMask,
                          });
 
 // The Philox mask itself: keep fraction over a million elements for several p, with a 5-sigma
-// bound (sigma = sqrt(p(1-p)/n) <= 0.0005), and the threshold rounding of p to 2^-24.
+// bound (sigma = sqrt(p(1-p)/n) <= 0.0005), the rounding of p to a multiple of 1/256, and the
+// scale that keeps the expectation exact for the rounded p.
 TEST(DropoutPhilox, KeepFractionIsOneMinusP) {
   for (float p : {0.01f, 0.1f, 0.5f, 0.9f}) {
     const auto params = make_dropout_params(p, 0xDEADBEEFCAFEull, 17);
-    EXPECT_NEAR(params.threshold / 16777216.0, p, 1.0 / 16777216.0);
-    EXPECT_NEAR(params.keep_scale, 1.0 / (1.0 - p), 1e-6 / (1.0 - p));
+    EXPECT_EQ(params.threshold, static_cast<std::uint32_t>(std::lround(p * 256.0)));
+    EXPECT_NEAR(params.effective_p(), p, 0.5 / 256.0);
+    EXPECT_NEAR(params.keep_scale * (1.0 - params.effective_p()), 1.0, 1e-6);
     std::int64_t kept = 0, total = 0;
     for (std::uint32_t bh = 0; bh < 4; ++bh)
       for (std::uint32_t i = 0; i < 512; ++i)
         for (std::uint32_t j = 0; j < 512; ++j, ++total) kept += dropout_keep(params, bh, i, j);
     const double fraction = static_cast<double>(kept) / total;
-    EXPECT_NEAR(fraction, 1.0 - p, 5 * std::sqrt(p * (1 - p) / total)) << "p = " << p;
+    const double p_used = params.effective_p();
+    EXPECT_NEAR(fraction, 1.0 - p_used, 5 * std::sqrt(p_used * (1 - p_used) / total)) << "p = " << p;
   }
 }
 
@@ -159,18 +163,51 @@ TEST(DropoutPhilox, ZeroProbabilityDisablesDropout) {
   EXPECT_EQ(params.keep_scale, 1.0f);
 }
 
-// One Philox call serves four keys: the fast path (one call per 4 keys) and the per-element
-// slow path must agree, including at row ends that are not multiples of 4.
-TEST(DropoutPhilox, FourKeysPerCallAgreesWithPerElement) {
-  const auto params = make_dropout_params(0.37f, 99, 1ull << 40);
-  for (std::uint32_t i = 0; i < 8; ++i)
-    for (std::uint32_t j0 = 0; j0 < 40; j0 += 4) {
-      const auto words = detail::dropout_random_words(params, 5, i, j0);
-      for (std::uint32_t t = 0; t < 4; ++t) {
-        EXPECT_EQ(detail::dropout_keep_word(words.r[t], params.threshold),
-                  dropout_keep(params, 5, i, j0 + t));
-      }
+// A tiny p is never silently rounded to no dropout, and p just below 1 still keeps something.
+TEST(DropoutPhilox, ThresholdStaysInsideOneTo255) {
+  EXPECT_EQ(make_dropout_params(1e-6f, 1, 2).threshold, 1u);
+  EXPECT_TRUE(make_dropout_params(1e-6f, 1, 2).enabled());
+  EXPECT_EQ(make_dropout_params(0.9999f, 1, 2).threshold, 255u);
+  EXPECT_NEAR(make_dropout_params(0.9999f, 1, 2).keep_scale, 256.0, 1e-3);
+}
+
+// The definition written out independently of philox.hpp's helpers: element (i, j) is byte
+// 8 * ((i / 8) % 2) + 2 * ((j % 32) / 8) + j % 2 of the call with counter
+// (4 * (j / 32) + (j % 8) / 2, 8 * (i / 16) + i % 8, bh, offset_lo), and keep iff byte >= t.
+// Also: the 16 elements of one call are those one thread holds of a 16 x 32 accumulator block.
+TEST(DropoutPhilox, SixteenElementsPerCallAsDefined) {
+  const auto params = make_dropout_params(0.37f, 99, (5ull << 32) | 1234u);
+  const std::uint32_t bh = 5;
+  int checked = 0;
+  for (std::uint32_t i = 0; i < 40; ++i) {
+    for (std::uint32_t j = 0; j < 100; ++j) {
+      const auto words = detail::philox4x32_10(4 * (j / 32) + (j % 8) / 2, 8 * (i / 16) + i % 8, bh,
+                                               1234u, 99u, 0u ^ 5u);
+      const unsigned index = 8 * ((i / 8) % 2) + 2 * ((j % 32) / 8) + j % 2;
+      const std::uint32_t byte = (words.r[index / 4] >> (8 * (index % 4))) & 0xFF;
+      ASSERT_EQ(dropout_keep(params, bh, i, j), byte >= params.threshold) << i << " " << j;
+      ++checked;
     }
+  }
+  EXPECT_EQ(checked, 4000);
+  // Thread (g, t) of an m16n8 accumulator over a 16 x 32 block at (16 * a, 32 * b) holds rows g,
+  // g + 8 and keys 8 * group + 2t + e: all from one call, each from its own byte.
+  for (std::uint32_t g = 0; g < 8; ++g) {
+    for (std::uint32_t t = 0; t < 4; ++t) {
+      const std::uint32_t i0 = 16 * 3 + g, j0 = 32 * 2 + 2 * t;
+      const auto call = detail::dropout_random_bytes(params, bh, i0, j0);
+      unsigned seen = 0;
+      for (std::uint32_t half = 0; half < 2; ++half)
+        for (std::uint32_t group = 0; group < 4; ++group)
+          for (std::uint32_t e = 0; e < 2; ++e) {
+            const std::uint32_t i = i0 + 8 * half, j = j0 + 8 * group + e;
+            const auto other = detail::dropout_random_bytes(params, bh, i, j);
+            for (int w = 0; w < 4; ++w) ASSERT_EQ(other.r[w], call.r[w]);
+            seen |= 1u << detail::dropout_byte_index(i, j);
+          }
+      EXPECT_EQ(seen, 0xFFFFu);
+    }
+  }
 }
 
 // Philox4x32-10 known-answer vectors (Random123's kat_vectors): a regression guard, since every

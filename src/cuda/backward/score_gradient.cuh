@@ -87,9 +87,13 @@ __device__ __forceinline__ void with_score_flags(bool softcap, bool masked, bool
 }
 
 // The dropout decisions of a thread's accumulator elements as a bit mask (bit e for element e;
-// at most 64 elements, in 32 or 64 bits). `element_ij(e, i, j)` names element e's (query, key). The loop is kept
-// rolled on purpose: Philox is ~40 instructions, and unrolling it over every element would bloat
-// the kernel and its register use for a path that is off in most calls.
+// at most 64 elements, in 32 or 64 bits). `element_ij(e, i, j)` names element e's (query, key).
+// One Philox call decides 16 elements (common/philox.hpp). The loop is kept rolled on purpose
+// (Philox is ~40 instructions; unrolled over every element it would bloat the kernel for a path
+// that is off in most calls), and makes a call only when an element needs another call than the
+// last one made for a query row of its parity: the dQ kernel's elements (query rows g, g + 8)
+// then share one call per 16 elements, and the main kernel's transposed tiles, which alternate
+// between query rows 2t and 2t + 1, one call per 4 to 8 elements.
 // kExtras = false: the plain instantiation, which has no dropout (every element kept).
 template <int kElements, bool kExtras, typename ElementIndex>
 __device__ __forceinline__ auto dropout_keep_bits(const BackwardParams& p, std::uint32_t bh,
@@ -98,12 +102,28 @@ __device__ __forceinline__ auto dropout_keep_bits(const BackwardParams& p, std::
   using Bits = std::conditional_t<(kElements > 32), std::uint64_t, std::uint32_t>;
   if (!kExtras || p.dropout.threshold == 0) return ~Bits{0};
   Bits bits = 0;
+  detail::PhiloxResult even{}, odd{};  // the last call for an even / odd query row
+  std::uint64_t even_id = ~0ull, odd_id = ~0ull;
 #pragma unroll 1
   for (int e = 0; e < kElements; ++e) {
-    std::int64_t i, j;
-    element_ij(e, i, j);
-    const bool keep = detail::dropout_keep(p.dropout, bh, static_cast<std::uint32_t>(i),
-                                           static_cast<std::uint32_t>(j));
+    std::int64_t i64, j64;
+    element_ij(e, i64, j64);
+    const auto i = static_cast<std::uint32_t>(i64), j = static_cast<std::uint32_t>(j64);
+    const std::uint64_t id =
+        (static_cast<std::uint64_t>(detail::dropout_counter0(j)) << 32) | detail::dropout_counter1(i);
+    const bool is_odd = (i & 1u) != 0;
+    if (id != (is_odd ? odd_id : even_id)) {
+      const detail::PhiloxResult bytes = detail::dropout_random_bytes(p.dropout, bh, i, j);
+      if (is_odd) {
+        odd = bytes;
+        odd_id = id;
+      } else {
+        even = bytes;
+        even_id = id;
+      }
+    }
+    const bool keep = detail::dropout_keep_byte(is_odd ? odd : even,
+                                                detail::dropout_byte_index(i, j), p.dropout.threshold);
     bits |= static_cast<Bits>(keep) << e;
   }
   return bits;

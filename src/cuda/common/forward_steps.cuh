@@ -137,31 +137,46 @@ __device__ __forceinline__ void rescale_output(float (&o)[Traits::kMTiles][Trait
   }
 }
 
-// Dropout on P (after the row sums took P undropped: lse ignores dropout). The keep decision of
-// (row i, key j) comes from the shared Philox stream (common/philox.hpp): one call serves keys
-// 4*(j/4)..+3, and this lane's two keys 2t, 2t+1 of a tile lie in one such group. The 1/(1-p)
-// factor is applied once to O at the end.
+// Dropout on P (after the row sums took P undropped: lse ignores dropout). The keep decisions
+// come from the shared Philox stream (common/philox.hpp), whose calls are laid out for this
+// accumulator layout: the lane's rows g, g + 8 of a 16-row tile x its keys 2t, 2t + 1 of the
+// four 8-key tiles of a 32-key block are the 16 bytes of one call. The keep_scale factor is
+// applied once to O at the end.
 template <typename Traits>
 __device__ __forceinline__ void apply_dropout(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
                                               const ForwardParams& p, std::uint32_t bh,
                                               std::int64_t row0, std::int64_t key0, int lane) {
   const int g = lane >> 2, t = lane & 3;
+  const std::uint32_t threshold = p.dropout.threshold;
+  // Key tiles of a multiple of 32 keys start on 32-key blocks (key0 = tile index x tile size).
+  // Other tile sizes (tuning tables only): a call per element.
 #pragma unroll
-  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+  for (int mt = 0; mt < Traits::kMTiles; ++mt) {
+    const auto i = static_cast<std::uint32_t>(row0 + mt * 16 + g);
+    if constexpr (Traits::kNTiles % 4 == 0) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const auto i = static_cast<std::uint32_t>(row0 + mt * 16 + g + 8 * half);
+      for (int block = 0; block < Traits::kNTiles / 4; ++block) {
+        const auto j = static_cast<std::uint32_t>(key0 + block * 32 + 2 * t);
+        const detail::PhiloxResult bytes = detail::dropout_random_bytes(p.dropout, bh, i, j);
 #pragma unroll
-      for (int nt = 0; nt < Traits::kNTiles; ++nt) {
-        const auto j = static_cast<std::uint32_t>(key0 + nt * 8 + 2 * t);
-        const detail::PhiloxResult words = detail::dropout_random_words(p.dropout, bh, i, j);
+        for (int tile = 0; tile < 4; ++tile)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if (!detail::dropout_keep_word(words.r[(j + e) & 3u], p.dropout.threshold))
-            s[mt][nt][2 * half + e] = 0.0f;
-        }
+          for (int c = 0; c < 4; ++c) {  // c: half = c / 2 (row g or g + 8), key 2t + c % 2
+            const unsigned index = 8u * (c >> 1) + 2u * tile + (c & 1);
+            if (!detail::dropout_keep_byte(bytes, index, threshold)) s[mt][4 * block + tile][c] = 0.0f;
+          }
       }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < Traits::kNTiles; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const auto ii = i + 8u * (c >> 1);
+          const auto j = static_cast<std::uint32_t>(key0 + nt * 8 + 2 * t + (c & 1));
+          if (!detail::dropout_keep(p.dropout, bh, ii, j)) s[mt][nt][c] = 0.0f;
+        }
     }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
