@@ -13,6 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 
+
+def dropout_keep_scale(dropout_p):
+    """The scale of kept probabilities: 1/(1 - p) for p rounded to a multiple of 1/256, as the
+    mask draws one random byte per element (python/README.md, src/common/philox.hpp)."""
+    import math
+    t = min(255, max(1, math.floor(dropout_p * 256 + 0.5)))
+    return 256.0 / (256.0 - t)
+
 def visible(Nq, Nk, *, causal=False, bottom_right=False, window=(-1, -1)):
     """bool [Nq, Nk]: query i sees key j iff i+s-left <= j <= i+s+right (s = Nk-Nq for
     bottom_right, else 0; causal means right = 0; -1 = unbounded)."""
@@ -57,7 +65,7 @@ def forward(q, k, v, *, causal=False, bottom_right=False, window=(-1, -1), scale
     with np.errstate(divide="ignore"):
         lse = np.where(seen[..., 0], np.log(np.exp(shifted).sum(-1)) + row_max[..., 0], -np.inf)
     p = np.where(mask & seen, np.exp(s - np.where(seen, lse[..., None], 0.0)), 0.0)
-    drop = np.ones_like(p) if keep is None or dropout_p == 0 else keep / (1.0 - dropout_p)
+    drop = np.ones_like(p) if keep is None or dropout_p == 0 else keep * dropout_keep_scale(dropout_p)
     o = np.einsum("bhij,bjhd->bihd", p * drop, ve)
     cache = dict(q=q, ke=ke, ve=ve, s=s, p=p, drop=drop, o=o, scale=scale, softcap=softcap,
                  Hkv=k.shape[2])

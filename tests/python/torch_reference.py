@@ -6,6 +6,14 @@ from __future__ import annotations
 import torch
 
 
+
+def dropout_keep_scale(dropout_p):
+    """The scale of kept probabilities: 1/(1 - p) for p rounded to a multiple of 1/256, as the
+    mask draws one random byte per element (python/README.md, src/common/philox.hpp)."""
+    import math
+    t = min(255, max(1, math.floor(dropout_p * 256 + 0.5)))
+    return 256.0 / (256.0 - t)
+
 def visible(Nq, Nk, *, causal=False, bottom_right=False, window=(-1, -1), device="cpu"):
     left, right = window
     if causal:
@@ -41,7 +49,7 @@ def attention(q, k, v, *, causal=False, bottom_right=False, window=(-1, -1), sca
     p = torch.softmax(s, dim=-1) * row_ok
     lse = torch.logsumexp(s, dim=-1).masked_fill(~row_ok[..., 0], float("-inf"))
     if keep is not None and dropout_p > 0:
-        p = p * keep.to(p.dtype) / (1.0 - dropout_p)
+        p = p * keep.to(p.dtype) * dropout_keep_scale(dropout_p)
     o = torch.einsum("bhij,bjhd->bihd", p, vf)
     return o, lse
 

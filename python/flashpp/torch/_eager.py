@@ -1,0 +1,180 @@
+"""The lean eager path of flashpp.attention for torch tensors.
+
+The torch.library operators of ops.py are what torch.compile, FakeTensor, functorch and
+dispatch modes need to see. Outside those, running a custom op through torch's dispatcher and
+handing each tensor to C++ as a DLPack capsule cost tens of microseconds per call, several times
+a small call's GPU time. Here, when nothing is tracing (usable() below), the same C++ library is
+called directly:
+  - launch plans (src/python/launch_plans.cpp): the tensor views without data pointers, the
+    options and the workspace size, built once per (shapes, strides, dtype, device, options)
+    and cached; a call passes only data pointers, the dropout seed/offset and the stream;
+  - a torch.autograd.Function (lighter than the custom op's autograd registration) when a
+    gradient is needed, nothing when not;
+  - outputs and the workspace allocated by torch as in ops.py, so CUDA graph capture works.
+Both paths give bit-identical results (tests/python/test_torch_eager_path.py).
+FLASHPP_TORCH_EAGER=0 in the environment (read at import) sends every call through the operators.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .. import _C, _rng
+from .._options import AttentionConfig, to_options
+
+_DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3}
+
+_is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+_dispatch_stack_len = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+_function_mode_on = getattr(torch._C, "_is_torch_function_mode_enabled", lambda: False)
+_functorch = getattr(torch._C, "_functorch", None)
+_is_wrapped = getattr(_functorch, "is_functorch_wrapped_tensor", lambda t: False)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+_ENABLED = os.environ.get("FLASHPP_TORCH_EAGER", "1") != "0"
+
+
+def usable(q, k, v) -> bool:
+    """True for plain eager calls: plain torch.Tensor inputs (not FakeTensor or other
+    subclasses), not inside torch.compile tracing, no dispatch or function modes, no functorch
+    transforms. Everything else takes the torch.library operators."""
+    if not _ENABLED or type(q) is not torch.Tensor or type(k) is not torch.Tensor \
+            or type(v) is not torch.Tensor:
+        return False
+    if q.is_meta or _is_compiling() or _dispatch_stack_len() or _function_mode_on():
+        return False
+    # Dtypes the library does not take: the operators' path raises the usual TypeError.
+    if q.dtype not in _DTYPE_CODES or k.dtype not in _DTYPE_CODES or v.dtype not in _DTYPE_CODES:
+        return False
+    return not (_is_wrapped(q) or _is_wrapped(k) or _is_wrapped(v))
+
+
+def _meta(t: torch.Tensor):
+    dev = t.device
+    return (_DTYPE_CODES.get(t.dtype, -1), 1 if dev.type == "cuda" else 0, dev.index or 0,
+            list(t.shape), list(t.stride()))
+
+
+def _stream(t: torch.Tensor) -> int:
+    if not t.is_cuda:
+        return 0
+    if _raw_stream is not None:
+        return _raw_stream(t.get_device())
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+def _readable(t: torch.Tensor) -> torch.Tensor:
+    """As ops._last_dim_contiguous: a copy only where the kernels cannot read t in place."""
+    if t.size(-1) > 1 and t.stride(-1) != 1:
+        return t.contiguous()
+    if t.is_cuda and (t.data_ptr() % 16 or any(st % 8 for sz, st in zip(t.shape[:-1], t.stride()[:-1]) if sz > 1)):
+        return t.clone(memory_format=torch.contiguous_format)
+    return t
+
+
+def _like(t: torch.Tensor) -> torch.Tensor:
+    """As ops._output_like."""
+    if t.size(-1) <= 1 or t.stride(-1) == 1:
+        return torch.empty_like(t)
+    return t.new_empty(t.shape)
+
+
+_options_cache: dict = {}
+_forward_plans: dict = {}
+_backward_plans: dict = {}
+_PLAN_LIMIT = 4096
+
+
+def _options(cfg: AttentionConfig):
+    opt = _options_cache.get(cfg)
+    if opt is None:
+        opt = _options_cache[cfg] = to_options(cfg)
+    return opt
+
+
+def _remember(cache: dict, key, value):
+    if len(cache) >= _PLAN_LIMIT:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+def _workspace(nbytes: int, like: torch.Tensor):
+    return torch.empty(nbytes, dtype=torch.uint8, device=like.device) if nbytes else None
+
+
+def _rng_pair(cfg: AttentionConfig, seed, offset):
+    """As the operators' seed/offset handling (functional.attention, ops._resolve_rng)."""
+    if seed is not None or offset is not None:
+        _rng.check_seed(seed or 0, offset or 0)
+    if cfg.dropout_p <= 0.0:
+        return (0 if seed is None else int(seed)), (0 if offset is None else int(offset))
+    return (_rng.draw_torch_seed() if seed is None else int(seed),
+            _rng.next_offset() if offset is None else int(offset))
+
+
+def forward(q, k, v, cfg: AttentionConfig, seed: int, offset: int):
+    """o, lse for [B, N, H, D] views q, k, v (no autograd)."""
+    q, k, v = _readable(q), _readable(k), _readable(v)
+    o = _like(q)
+    B, Nq, Hq, _ = q.shape
+    lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), o.stride(), q.dtype,
+           k.dtype, v.dtype, q.device, k.device, v.device, cfg)
+    plan = _forward_plans.get(key)
+    if plan is None:
+        plan = _remember(_forward_plans, key, _C.ForwardPlan(
+            _meta(q), _meta(k), _meta(v), _meta(o), _meta(lse), _options(cfg),
+            q.data_ptr(), k.data_ptr(), v.data_ptr()))
+    ws = _workspace(plan.workspace_bytes, q)
+    plan.run(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), seed, offset,
+             _stream(q), 0 if ws is None else ws.data_ptr())
+    return o, lse
+
+
+def backward(dout, q, k, v, o, lse, cfg: AttentionConfig, seed: int, offset: int):
+    dq, dk, dv = _like(q), _like(k), _like(v)
+    dout = _readable(dout)
+    tensors = (q, k, v, o, lse, dout, dq, dk, dv)
+    key = tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors) + (cfg,)
+    data = [t.data_ptr() for t in tensors]
+    plan = _backward_plans.get(key)
+    if plan is None:
+        plan = _remember(_backward_plans, key,
+                         _C.BackwardPlan([_meta(t) for t in tensors], _options(cfg), data))
+    ws = _workspace(plan.workspace_bytes, q)
+    plan.run(data, seed, offset, _stream(q), 0 if ws is None else ws.data_ptr())
+    return dq, dk, dv
+
+
+class _Attention(torch.autograd.Function):
+    """Autograd for the eager path: saves q, k, v, o, lse and the dropout (seed, offset)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cfg, seed, offset):
+        q, k, v = _readable(q), _readable(k), _readable(v)
+        o, lse = forward(q, k, v, cfg, seed, offset)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.cfg, ctx.rng = cfg, (seed, offset)
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, grad_o, _grad_lse):
+        if grad_o is None:
+            return None, None, None, None, None, None
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = backward(grad_o, q, k, v, o, lse, ctx.cfg, *ctx.rng)
+        return dq, dk, dv, None, None, None
+
+
+def attention(q, k, v, cfg: AttentionConfig, seed, offset):
+    """(o, lse, (seed, offset)) for [B, N, H, D] views, with autograd when a gradient is needed."""
+    seed, offset = _rng_pair(cfg, seed, offset)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        o, lse = _Attention.apply(q, k, v, cfg, seed, offset)
+    else:
+        o, lse = forward(q, k, v, cfg, seed, offset)
+    return o, lse, (seed, offset)
