@@ -6,6 +6,7 @@ for both. flashpp is called through its C API (libflashpp.so, ctypes, views buil
 
   python3 tools/bench_do_bench.py --lib build-gpu/libflashpp.so [--dims 64,128] [--seqlens 4096,16384]
       [--dtypes fp16,bf16] [--fwd-only] [--peers flash,cudnn] [--alt sm80=env:FLASHPP_CUDA_FAMILY=sm80]
+      [--dropout 0.1 --alt p0=opt:dropout_p=0]
       [--shape B,Hq,Hkv,Nq,Nk,D]...
 
 B=4, Hq=32 (B=2 at N=16384, as the Hopper issues state); --shape adds other problems (GQA, Nq != Nk).
@@ -20,7 +21,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import triton.testing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_compare import Flashpp, WithEnv  # noqa: E402
+import gpu_compare  # noqa: E402
+from gpu_compare import Flashpp, base_library, wrapped  # noqa: E402
 
 PEERS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
          "efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -50,7 +52,7 @@ def bench(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd):
     res = {}
     ffl = flops_fwd(B, Hq, Nq, Nk, D, causal)
     for name, lib in libs.items():
-        opts = lib.fp.options(causal) if isinstance(lib, WithEnv) else lib.options(causal)
+        opts = base_library(lib).options(causal)
         if do_fwd:
             fn = lib.bound("fwd", (q, k, v, o, lse), opts)
             res[("fwd", name)] = ffl / triton.testing.do_bench(fn, return_mode="median") / 1e9
@@ -66,7 +68,8 @@ def bench(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd):
         try:
             with sdpa_kernel(PEERS[name]):
                 def fwd():
-                    return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa)
+                    return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa,
+                                                          dropout_p=gpu_compare.DROPOUT)
                 out = fwd()
                 if do_fwd:
                     res[("fwd", name)] = ffl / triton.testing.do_bench(fwd, return_mode="median") / 1e9
@@ -88,16 +91,17 @@ def main():
     ap.add_argument("--peers", default="flash,cudnn")
     ap.add_argument("--fwd-only", action="store_true")
     ap.add_argument("--bwd-only", action="store_true")
-    ap.add_argument("--alt", action="append", default=[], metavar="NAME=env:VAR=VALUE")
+    ap.add_argument("--alt", action="append", default=[], metavar="NAME=env:VAR=VALUE|opt:FIELD=VALUE")
+    ap.add_argument("--dropout", type=float, default=0.0, help="for ours and the peers")
     ap.add_argument("--shape", action="append", default=[], metavar="B,Hq,Hkv,Nq,Nk,D")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
+    gpu_compare.DROPOUT = args.dropout
     fp = Flashpp(args.lib)
     libs = {"ours": fp}
     for spec in args.alt:
-        name, env = spec.split("=", 1)
-        var, value = env[len("env:"):].split("=", 1)
-        libs[name] = WithEnv(fp, var, value)
+        name, settings = spec.split("=", 1)
+        libs[name] = wrapped(fp, settings)
     peers = [p for p in args.peers.split(",") if p in PEERS]
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
     problems = []

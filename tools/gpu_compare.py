@@ -85,6 +85,8 @@ class Flashpp:
         o = self.lib.flashpp_options_default()
         o.causal = 1 if causal else 0
         o.backend = 2  # CUDA
+        o.dropout_p = DROPOUT
+        o.seed, o.offset = 1234, 0
         return o
 
     def _check(self, status, what):
@@ -152,7 +154,8 @@ class WithOption:
     """A Flashpp whose calls run with one field of the options changed (e.g. deterministic=1)."""
 
     def __init__(self, fp, field, value):
-        self.fp, self.field, self.value = fp, field, int(value)
+        self.fp, self.field = fp, field
+        self.value = float(value) if field in ("dropout_p", "softcap", "softmax_scale") else int(value)
 
     def _opts(self, opts):
         changed = Options.from_buffer_copy(opts)
@@ -166,6 +169,23 @@ class WithOption:
         return self.fp.bound(direction, tensors, self._opts(opts))
 
 
+def wrapped(fp, spec):
+    """The library with the settings of an --alt spec: env:VAR=VALUE and opt:FIELD=VALUE parts
+    joined by '+'."""
+    lib = fp
+    for part in spec.split("+"):
+        kind, setting = part.split(":", 1)
+        key, value = setting.split("=", 1)
+        lib = WithEnv(lib, key, value) if kind == "env" else WithOption(lib, key, value)
+    return lib
+
+
+def base_library(lib):
+    while hasattr(lib, "fp"):
+        lib = lib.fp
+    return lib
+
+
 # --------------------------------------------------------------------------------------------
 # Timing
 # --------------------------------------------------------------------------------------------
@@ -176,6 +196,7 @@ def flops_fwd(B, H, N, D, causal):
 
 ROUNDS, SYNCED = 30, False  # set from the command line in main()
 
+DROPOUT = 0.0  # --dropout: applied to ours and the peers
 PEERS = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
          ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
 
@@ -289,10 +310,11 @@ def bench_one(fp, B, H, N, D, causal, dtype, do_bwd, log, do_fwd=True, alts=None
     for name, backend in PEERS:
         try:
             with sdpa_kernel(backend):
-                out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, dropout_p=DROPOUT)
             if do_fwd:
                 fwd_fns[name] = in_backend(
-                    backend, lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
+                    backend, lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal,
+                                                                    dropout_p=DROPOUT))
             if do_bwd:
                 bwd_fns[name] = (lambda out=out: torch.autograd.grad(out, (qt, kt, vt), dot,
                                                                      retain_graph=True))
@@ -340,6 +362,9 @@ def main():
     ap.add_argument("--alt", action="append", default=[], metavar="NAME=PATH",
                     help="another build of libflashpp.so, or env:VAR=VALUE (this build with VAR set), "
                          "timed interleaved with ours (A/B of variants)")
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="dropout probability for ours and the peers (an alt can set ours back: "
+                         "--alt p0=opt:dropout_p=0)")
     ap.add_argument("--rounds", type=int, default=30, help="timed rounds (one call of each implementation per round)")
     ap.add_argument("--synced", action="store_true",
                     help="wait for each call before the next (host launch time counted; the old method)")
@@ -355,20 +380,15 @@ def main():
         logf.write(msg + "\n")
         logf.flush()
 
-    global PEERS, ROUNDS, SYNCED
-    ROUNDS, SYNCED = args.rounds, args.synced
+    global PEERS, ROUNDS, SYNCED, DROPOUT
+    ROUNDS, SYNCED, DROPOUT = args.rounds, args.synced, args.dropout
     PEERS = [p for p in PEERS if p[0] in args.peers.split(",")]
     fp = Flashpp(args.lib)
     alts = {}
     for spec in args.alt:
         name, path = spec.split("=", 1)
-        if path.startswith(("env:", "opt:")):  # one or more, joined by '+'
-            lib = fp
-            for part in path.split("+"):
-                kind, setting = part.split(":", 1)
-                key, value = setting.split("=", 1)
-                lib = WithEnv(lib, key, value) if kind == "env" else WithOption(lib, key, value)
-            alts[name] = lib
+        if path.startswith(("env:", "opt:")):
+            alts[name] = wrapped(fp, path)
             continue
         # A private copy: the dynamic loader would otherwise hand back the already-loaded library.
         copy = os.path.join(tempfile.mkdtemp(), f"libflashpp_{name}.so")

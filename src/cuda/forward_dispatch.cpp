@@ -152,10 +152,11 @@ std::string kernel_families(int device) {
                                    : !why_not.empty() ? "; sm90 unavailable)"
                                                       : "; FLASHPP_SM90_BACKWARD=0)");
   } else if (requested == "sm90" || backward_opt == "1") {
-    backward = "sm90 for head dims <= 128 without softcap, dropout or deterministic mode, else sm80";
+    backward = "sm90 for head dims <= 128 without softcap (deterministic mode too, without dropout), "
+               "else sm80";
   } else {
-    backward = "sm90 for head dims <= 64 without softcap, dropout or deterministic mode, else sm80 "
-               "(FLASHPP_SM90_BACKWARD=1 extends sm90 to head dims <= 128)";
+    backward = "sm90 for head dims <= 128 without softcap or deterministic mode, else sm80 "
+               "(FLASHPP_SM90_BACKWARD=1 adds the sm90 deterministic mode)";
   }
   return "forward: " + forward + "; backward: " + backward;
 }

@@ -115,33 +115,72 @@ def _rng_pair(cfg: AttentionConfig, seed, offset):
             _rng.next_offset() if offset is None else int(offset))
 
 
+def _copy_needed(t: torch.Tensor) -> bool:
+    """Whether the kernels cannot read t in place because of its strides (the data pointer's
+    alignment is checked per call): as ops._last_dim_contiguous."""
+    if t.size(-1) > 1 and t.stride(-1) != 1:
+        return True
+    return t.is_cuda and any(st % 8 for sz, st in zip(t.shape[:-1], t.stride()[:-1]) if sz > 1)
+
+
 def forward(q, k, v, cfg: AttentionConfig, seed: int, offset: int):
-    """o, lse for [B, N, H, D] views q, k, v (no autograd)."""
-    q, k, v = _readable(q), _readable(k), _readable(v)
-    o = _like(q)
-    B, Nq, Hq, _ = q.shape
-    lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
-    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), o.stride(), q.dtype,
-           k.dtype, v.dtype, q.device, k.device, v.device, cfg)
+    """o, lse for [B, N, H, D] views q, k, v (no autograd). Per call, for a known configuration:
+    one dictionary lookup, the data pointers' alignment, two allocations and the launch."""
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
+           v.dtype, q.device, k.device, v.device, cfg)
     plan = _forward_plans.get(key)
     if plan is None:
-        plan = _remember(_forward_plans, key, _C.ForwardPlan(
-            _meta(q), _meta(k), _meta(v), _meta(o), _meta(lse), _options(cfg),
-            q.data_ptr(), k.data_ptr(), v.data_ptr()))
+        if _copy_needed(q) or _copy_needed(k) or _copy_needed(v):
+            _forward_plans[key] = False  # this layout always takes the copying path
+            return _forward_copying(q, k, v, cfg, seed, offset)
+        plan = _new_forward_plan(key, q, k, v, cfg)
+    elif plan is False:
+        return _forward_copying(q, k, v, cfg, seed, offset)
+    qp, kp, vp = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    if q.is_cuda and (qp | kp | vp) % 16:
+        return _forward_copying(q, k, v, cfg, seed, offset)
+    o = _like(q)  # empty_like: its strides are a function of q's, so the plan's hold
+    B, Nq, Hq, _ = q.shape
+    lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
     ws = _workspace(plan.workspace_bytes, q)
-    plan.run(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), seed, offset,
-             _stream(q), 0 if ws is None else ws.data_ptr())
+    plan.run(qp, kp, vp, o.data_ptr(), lse.data_ptr(), seed, offset, _stream(q),
+             0 if ws is None else ws.data_ptr())
     return o, lse
 
 
+def _new_forward_plan(key, q, k, v, cfg):
+    o = _like(q)
+    B, Nq, Hq, _ = q.shape
+    lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
+    return _remember(_forward_plans, key, _C.ForwardPlan(
+        _meta(q), _meta(k), _meta(v), _meta(o), _meta(lse), _options(cfg),
+        q.data_ptr(), k.data_ptr(), v.data_ptr()))
+
+
+def _forward_copying(q, k, v, cfg, seed, offset):
+    """Inputs the kernels cannot read in place: copied as the operators do, then the plan of
+    the copies' layout."""
+    return forward(_readable(q), _readable(k), _readable(v), cfg, seed, offset)
+
+
 def backward(dout, q, k, v, o, lse, cfg: AttentionConfig, seed: int, offset: int):
-    dq, dk, dv = _like(q), _like(k), _like(v)
-    dout = _readable(dout)
-    tensors = (q, k, v, o, lse, dout, dq, dk, dv)
-    key = tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors) + (cfg,)
-    data = [t.data_ptr() for t in tensors]
+    """dq, dk, dv (no autograd). lse is the forward's own (float32, on q's device), and dq, dk,
+    dv are allocated like q, k, v, so their layouts follow from the key's."""
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), o.shape, o.stride(),
+           dout.shape, dout.stride(), q.dtype, k.dtype, v.dtype, o.dtype, dout.dtype, q.device,
+           k.device, v.device, o.device, dout.device, lse.shape, cfg)
     plan = _backward_plans.get(key)
+    inputs = (q, k, v, o, lse, dout)
+    pointers = [t.data_ptr() for t in inputs]
+    misaligned = q.is_cuda and any(ptr % 16 for ptr in pointers)
+    if plan is None or misaligned:
+        if misaligned or any(_copy_needed(t) for t in (q, k, v, o, dout)):
+            q, k, v, o, dout = (_readable(t) for t in (q, k, v, o, dout))
+            return backward(dout, q, k, v, o, lse, cfg, seed, offset)
+    dq, dk, dv = _like(q), _like(k), _like(v)
+    data = pointers + [dq.data_ptr(), dk.data_ptr(), dv.data_ptr()]
     if plan is None:
+        tensors = inputs + (dq, dk, dv)
         plan = _remember(_backward_plans, key,
                          _C.BackwardPlan([_meta(t) for t in tensors], _options(cfg), data))
     ws = _workspace(plan.workspace_bytes, q)
@@ -150,31 +189,34 @@ def backward(dout, q, k, v, o, lse, cfg: AttentionConfig, seed: int, offset: int
 
 
 class _Attention(torch.autograd.Function):
-    """Autograd for the eager path: saves q, k, v, o, lse and the dropout (seed, offset)."""
+    """Autograd for the eager path: saves q, k, v, o, lse and the dropout (seed, offset).
+    (The configuration travels as one argument: apply's per-argument checks cost per call.)"""
 
     @staticmethod
-    def forward(ctx, q, k, v, cfg, seed, offset):
-        q, k, v = _readable(q), _readable(k), _readable(v)
+    def forward(ctx, q, k, v, call):
+        cfg, seed, offset = call
         o, lse = forward(q, k, v, cfg, seed, offset)
+        # The caller's q, k, v: where the forward had to copy them (rare), the backward does too.
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.cfg, ctx.rng = cfg, (seed, offset)
+        ctx.call = call
         ctx.mark_non_differentiable(lse)
         return o, lse
 
     @staticmethod
     def backward(ctx, grad_o, _grad_lse):
         if grad_o is None:
-            return None, None, None, None, None, None
+            return None, None, None, None
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = backward(grad_o, q, k, v, o, lse, ctx.cfg, *ctx.rng)
-        return dq, dk, dv, None, None, None
+        cfg, seed, offset = ctx.call
+        dq, dk, dv = backward(grad_o, q, k, v, o, lse, cfg, seed, offset)
+        return dq, dk, dv, None
 
 
 def attention(q, k, v, cfg: AttentionConfig, seed, offset):
     """(o, lse, (seed, offset)) for [B, N, H, D] views, with autograd when a gradient is needed."""
     seed, offset = _rng_pair(cfg, seed, offset)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        o, lse = _Attention.apply(q, k, v, cfg, seed, offset)
+        o, lse = _Attention.apply(q, k, v, (cfg, seed, offset))
     else:
         o, lse = forward(q, k, v, cfg, seed, offset)
     return o, lse, (seed, offset)

@@ -46,15 +46,17 @@ std::string misaligned_tensor(const detail::BackwardArgs& a) {
 }
 
 // Why the sm90 family cannot run this backward (empty when it can): its device and build, and
-// what it covers so far (head dims 64 and 128 after rounding up; no softcap or dropout, which run
-// on the sm80 family).
-std::string sm90_backward_unsupported(const detail::Problem& pr) {
+// what it covers so far (head dims 64 and 128 after rounding up; no softcap, and no deterministic
+// mode with dropout: those run on the sm80 family).
+std::string sm90_backward_unsupported(const detail::Problem& pr, bool deterministic) {
   std::string reason = sm90_unavailable_reason(pr.device.index);
   if (!reason.empty()) return reason;
   const int d = bwd::kernel_head_dim(pr.D);
   if (d != 64 && d != 128) return "the sm90 backward covers head dims up to 64 and 65..128";
   if (pr.softcap > 0.0f) return "the sm90 backward has no softcap yet";
-  if (pr.dropout.threshold != 0) return "the sm90 backward has no dropout yet";
+  if (deterministic && pr.dropout.threshold != 0) {
+    return "the sm90 backward has no deterministic mode with dropout yet";
+  }
   if (pr.B * pr.Hkv > 65535) return "batch * kv heads above 65535";
   return {};
 }
@@ -68,7 +70,7 @@ std::string sm90_backward_unsupported(const detail::Problem& pr) {
 bool use_sm90_backward(const detail::Problem& pr, bool deterministic) {
   const std::string requested = requested_family();
   if (requested == "sm80") return false;
-  const std::string why_not = sm90_backward_unsupported(pr);
+  const std::string why_not = sm90_backward_unsupported(pr, deterministic);
   if (requested == "sm90") {
     if (!why_not.empty()) throw Error(ErrorCode::unsupported, "FLASHPP_CUDA_FAMILY=sm90: " + why_not);
     return true;

@@ -11,6 +11,7 @@
 #include "../../common/check_cuda.hpp"
 #include "kernel.cuh"
 #include "tile_config.hpp"
+#include "../../common/occupancy.hpp"
 
 namespace flashpp::cuda::sm80 {
 
@@ -29,7 +30,7 @@ void launch_forward_kernel(const ForwardParams& params, std::int64_t batch_heads
   const std::int64_t m_blocks = (params.Nq + Traits::kBlockM - 1) / Traits::kBlockM;
   // Occupancy is only asked for where the block order matters (a mask makes tile costs unequal).
   const bool ordered = FLASHPP_BLOCK_ORDER && params.mask.active();
-  const std::int64_t slots = ordered ? resident_blocks(kernel, Traits::kThreads, kSmem) : 0;
+  const std::int64_t slots = ordered ? cached_resident_blocks(kernel, Traits::kThreads, kSmem) : 0;
   constexpr std::int64_t kMaxGridY = 65535;
   for (std::int64_t first = 0; first < batch_heads; first += kMaxGridY) {
     ForwardParams chunk = params;

@@ -18,7 +18,9 @@
 //     accumulator and postprocess).
 // At the end dK is scaled and dK, dV are stored; the postprocess turns the dQ accumulator into dq.
 // Rows past Nq arrive as zeros with lse_log2 = +inf (P = 0); keys past Nk arrive as zeros and are
-// masked. Softcap and dropout run on the sm80 family (dispatch).
+// masked. Softcap runs on the sm80 family (dispatch). Dropout (kDropout): P^T and dP^T are
+// multiplied by the factors of the forward's mask, regenerated from Philox (common/philox.hpp:
+// in this transposed layout one call gives a thread 4 of its elements).
 // Deterministic mode (kDeterministic): the dQ additions into a query tile happen in key-tile
 // order: a turn counter per 64-row query tile (ptx/turnstile.cuh), each block waiting until the
 // blocks of the earlier key tiles that see the tile have added theirs. dQ is the block's (the
@@ -61,11 +63,12 @@ struct Sm90BackwardParams {
   CUtensorMap q_map, k_map, v_map, dout_map;
 };
 
-template <typename Element_, int kHeadDim_, bool kDeterministic_ = false>
+template <typename Element_, int kHeadDim_, bool kDeterministic_ = false, bool kDropout_ = false>
 struct Sm90BackwardTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kDeterministic = kDeterministic_;
+  static constexpr bool kDropout = kDropout_;
   static constexpr int kPaddedHeadDim = (kHeadDim + 63) / 64 * 64;
   static constexpr int kPanels = kPaddedHeadDim / 64;
   static constexpr int kConsumers = 2;
@@ -281,6 +284,36 @@ __device__ __forceinline__ void issue_query_gradient(float (&acc)[Traits::kDqTil
   }
 }
 
+// Dropout factors of the thread's S^T accumulator elements (keys key0 + g + 8 (c / 2), queries
+// m0 + 8 nt + 2t + c % 2): keep_scale where kept, 0 where dropped. The Philox call of
+// (query i, key j) covers queries i, i + 8 of a 16-query block and, for key j, the keys of its
+// 32-key block congruent to j modulo 8: per pair of 8-query tiles and query parity, one call
+// gives this thread its 4 elements of that parity (two 8-key halves x two query tiles).
+template <typename Traits>
+__device__ __forceinline__ void dropout_factors(float (&factor)[Traits::kQTiles][4],
+                                                const bwd::BackwardParams& p, std::uint32_t bh,
+                                                std::int64_t m0, std::int64_t key0, int g, int t) {
+  const auto j = static_cast<std::uint32_t>(key0 + g);
+  const unsigned group0 = (j & 31u) >> 3;  // the 8-key group of key0 + g; key0 + g + 8 is next
+  const float kept = p.dropout.keep_scale;
+#pragma unroll
+  for (int pair = 0; pair < Traits::kQTiles / 2; ++pair) {
+#pragma unroll
+    for (int parity = 0; parity < 2; ++parity) {
+      const auto i = static_cast<std::uint32_t>(m0 + 16 * pair + 2 * t + parity);
+      const detail::PhiloxResult bytes = detail::dropout_random_bytes(p.dropout, bh, i, j);
+#pragma unroll
+      for (int half = 0; half < 2; ++half)      // query tile 2 pair + half: i or i + 8
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {           // key j or j + 8
+          const unsigned index = 8u * half + 2u * (group0 + h) + (j & 1u);
+          factor[2 * pair + half][2 * h + parity] =
+              detail::dropout_keep_byte(bytes, index, p.dropout.threshold) ? kept : 0.0f;
+        }
+    }
+  }
+}
+
 // Float accumulator pairs -> the 16-bit A fragments of a k16 product (two 8-column tiles each).
 template <typename Element, int kTiles>
 __device__ __forceinline__ void to_a_fragments(std::uint32_t (&a)[kTiles / 2][4], const float (&x)[kTiles][4]) {
@@ -336,6 +369,11 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
                             (p.mask.active() &&
                              !p.mask.tile_fully_visible(st.m0, st.m0 + Traits::kBlockM, tile.n0,
                                                         tile.n0 + Traits::kBlockN));
+    float factor[Traits::kQTiles][4];
+    if constexpr (Traits::kDropout) {
+      dropout_factors<Traits>(factor, p, static_cast<std::uint32_t>(tile.b * p.q_heads + st.h),
+                              st.m0, key0, g, t);
+    }
 #pragma unroll
     for (int nt = 0; nt < Traits::kQTiles; ++nt) {
       // This thread's two query columns of the tile: one 8-byte load each of lse and delta.
@@ -349,8 +387,14 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
           const std::int64_t j = key0 + g + 8 * (c >> 1), i = st.m0 + col;
           if (j >= p.k_len || !p.mask.visible(i, j)) prob = 0.0f;
         }
-        s_t[nt][c] = prob;
-        dp_t[nt][c] = prob * (dp_t[nt][c] - ((c & 1) ? delta.y : delta.x));
+        float dp = dp_t[nt][c];
+        if constexpr (Traits::kDropout) {  // P~ = P z for dV; dS = P (dP z - delta)
+          dp *= factor[nt][c];
+          s_t[nt][c] = prob * factor[nt][c];
+        } else {
+          s_t[nt][c] = prob;
+        }
+        dp_t[nt][c] = prob * (dp - ((c & 1) ? delta.y : delta.x));
       }
     }
     std::uint32_t p_a[Traits::kBlockM / 16][4], ds_a[Traits::kBlockM / 16][4];

@@ -14,6 +14,7 @@
 #include "../../common/check_cuda.hpp"
 #include "../../common/tensor_map.hpp"
 #include "kernel.cuh"
+#include "../../common/occupancy.hpp"
 
 namespace flashpp::cuda::sm90 {
 
@@ -30,10 +31,11 @@ inline void make_backward_map(CUtensorMap* map, const TensorView& t, DType dtype
   }
 }
 
-// The main kernel of Traits over every (key tile, batch * kv head).
+// The kernel parameters with the tensor maps of q, dout, k, v (the same for every variant of
+// an (Element, head dim): the maps depend on the block sizes only).
 template <typename Traits>
-void launch_main(const bwd::BackwardParams& params, const detail::BackwardArgs& args,
-                 cudaStream_t stream) {
+Sm90BackwardParams with_tensor_maps(const bwd::BackwardParams& params,
+                                    const detail::BackwardArgs& args) {
   Sm90BackwardParams p{};
   p.args = params;
   const DType dtype = args.problem.dtype;
@@ -43,6 +45,13 @@ void launch_main(const bwd::BackwardParams& params, const detail::BackwardArgs& 
   }
   make_backward_map(&p.k_map, args.k, dtype, Traits::kBlockN, "k");
   make_backward_map(&p.v_map, args.v, dtype, Traits::kBlockN, "v");
+  return p;
+}
+
+// The main kernel of Traits over every (key tile, batch * kv head).
+template <typename Traits>
+void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
+  const bwd::BackwardParams& params = p.args;
   auto kernel = flash_bwd_sm90_kernel<Traits>;
   constexpr int kSmem = Traits::kSmemBytes;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
@@ -52,7 +61,7 @@ void launch_main(const bwd::BackwardParams& params, const detail::BackwardArgs& 
   // The deterministic mode needs the key tiles of a head to start in rank order (a block waits
   // for the blocks of lower rank): block_item keeps rank order within a head either way.
   const bool ordered = FLASHPP_BLOCK_ORDER && params.mask.active();
-  const std::int64_t slots = ordered ? resident_blocks(kernel, Traits::kThreads, kSmem) : 0;
+  const std::int64_t slots = ordered ? cached_resident_blocks(kernel, Traits::kThreads, kSmem) : 0;
   p.args.heads_per_group = ordered ? heads_per_group(true, n_blocks, kv_heads, slots) : 1;
   if (kv_heads > 65535) {
     throw Error(ErrorCode::unsupported, "sm90 backward: batch * kv heads above 65535");
@@ -68,11 +77,18 @@ void run_backward_for(const bwd::BackwardParams& params, const detail::BackwardA
   if (params.accum_width != kHeadDim) {
     throw Error(ErrorCode::internal, "sm90 backward: dQ accumulator width differs from the head dim");
   }
+  if (args.deterministic && params.dropout.threshold != 0) {
+    throw Error(ErrorCode::internal, "sm90 backward: no deterministic mode with dropout");
+  }
   const std::size_t turns = static_cast<std::size_t>(params.batch * params.q_heads) *
                             static_cast<std::size_t>(params.rows_padded / 64);
   if (args.deterministic && turns > 0 && params.dq_turns == nullptr) {
     throw Error(ErrorCode::internal, "sm90 backward: deterministic mode without turn counters");
   }
+  // Host work first (tensor maps), then the launches back to back, so the GPU does not wait
+  // between them on a small problem.
+  Sm90BackwardParams p{};
+  if (params.k_len > 0) p = with_tensor_maps<Sm90BackwardTraits<Element, kHeadDim>>(params, args);
   bwd::launch_preprocess<Element>(params, stream);
   // With keys but no queries the kernel still runs: it loads nothing and writes dK = dV = 0.
   if (params.k_len > 0) {
@@ -81,9 +97,11 @@ void run_backward_for(const bwd::BackwardParams& params, const detail::BackwardA
         check_cuda(cudaMemsetAsync(params.dq_turns, 0, turns * sizeof(int), stream),
                    "cudaMemsetAsync (sm90 backward turn counters)");
       }
-      launch_main<Sm90BackwardTraits<Element, kHeadDim, true>>(params, args, stream);
+      launch_main<Sm90BackwardTraits<Element, kHeadDim, true>>(p, stream);
+    } else if (params.dropout.threshold != 0) {
+      launch_main<Sm90BackwardTraits<Element, kHeadDim, false, true>>(p, stream);
     } else {
-      launch_main<Sm90BackwardTraits<Element, kHeadDim, false>>(params, args, stream);
+      launch_main<Sm90BackwardTraits<Element, kHeadDim, false>>(p, stream);
     }
   }
   bwd::launch_postprocess<Element>(params, stream);

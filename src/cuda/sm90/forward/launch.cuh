@@ -12,6 +12,7 @@
 #include "../../common/tensor_map.hpp"
 #include "kernel.cuh"
 #include "tile_config.hpp"
+#include "../../common/occupancy.hpp"
 
 namespace flashpp::cuda::sm90 {
 
@@ -51,7 +52,7 @@ void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args
   const std::int64_t m_blocks = (params.Nq + Traits::kBlockM - 1) / Traits::kBlockM;
   const std::int64_t batch_heads = args.problem.B * args.problem.Hq;
   const bool ordered = FLASHPP_BLOCK_ORDER && params.mask.active();
-  const std::int64_t slots = ordered ? resident_blocks(kernel, Traits::kThreads, kSmem) : 0;
+  const std::int64_t slots = ordered ? cached_resident_blocks(kernel, Traits::kThreads, kSmem) : 0;
   constexpr std::int64_t kMaxGridY = 65535;
   for (std::int64_t first = 0; first < batch_heads; first += kMaxGridY) {
     p.args.bh_offset = first;
