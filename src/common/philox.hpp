@@ -4,15 +4,19 @@
 //
 // The keep decision for attention element (b, h, i, j) of a problem with Hq query heads: one
 // Philox call yields 16 random bytes, which decide 16 elements,
-//   counter = (4 * (j / 32) + (j % 8) / 2,  8 * (i / 16) + i % 8,  b * Hq + h,  offset_lo)
+//   counter = (4 * (j / 16) + (j % 8) / 2,  4 * (i / 16) + (i % 8) / 2,  b * Hq + h,  offset_lo)
 //   key     = (seed_lo, seed_hi ^ offset_hi)
-//   byte    = byte 8 * ((i / 8) % 2) + 2 * ((j % 32) / 8) + j % 2 of the call's 16 bytes
-//             (little-endian within each of its four 32-bit words)
+//   byte    = byte 2 * ((i / 8) % 2) + (j / 8) % 2 of word 2 * (i % 2) + j % 2 of the call's four
+//             32-bit words (little-endian bytes)
 //   keep    = byte >= threshold,  threshold = round(p * 256), at least 1 when p > 0
-// so one call covers rows i and i + 8 of a 16-row block x the keys of a 32-key block congruent
-// to 2c, 2c + 1 modulo 8: exactly the 16 elements one thread holds of a 16 x 32 block in the
-// m16n8 accumulator layout of mma.sync and wgmma. The mask depends only on
-// (seed, offset, b, h, i, j), never on tiling or thread layout.
+// So one call covers a 4 x 4 "comb" of a 16 x 16 block: rows 2a, 2a + 1, 2a + 8, 2a + 9 x keys
+// 2c, 2c + 1, 2c + 8, 2c + 9. In the m16n8 accumulator layout of mma.sync and wgmma (lane
+// (g, t) holds rows g, g + 8 x keys 2t, 2t + 1 of each 8-key tile) the comb is what lanes g = 2a
+// and 2a + 1 hold of the block's keys at t = c, split by row parity into whole words (0, 1 and
+// 2, 3); in the transposed layout of the backward (keys as rows), lanes g = 2c and 2c + 1 at t = a
+// hold it, split by key parity (words 0, 2 and 1, 3). Either way a pair of lanes makes two
+// calls for two adjacent blocks and swaps the halves: one call per 16 elements a lane holds.
+// The mask depends only on (seed, offset, b, h, i, j), never on tiling or thread layout.
 //
 // Resolution: the drop probability is quantised to threshold / 256 (p = 0.1 drops 26/256 =
 // 10.16%), and kept elements are scaled by 256 / (256 - threshold), so that the expectation of
@@ -70,6 +74,9 @@ struct DropoutParams {
   float keep_scale = 1.0f;    // 256 / (256 - threshold), applied to kept probabilities
   std::uint32_t threshold = 0;  // round(p * 256) (>= 1 when p > 0): keep iff byte >= threshold
   std::uint32_t key0 = 0, key1 = 0, counter3 = 0;
+  // For dropout_keep_signs (four bytes at a time): the threshold, or 256 - threshold when it is
+  // above 128, in every byte, and whether the bytes are complemented first (threshold > 128).
+  std::uint32_t threshold_bytes = 0, complement = 0;
 
   bool enabled() const { return threshold != 0; }
   // The drop probability actually applied: threshold / 256.
@@ -86,6 +93,9 @@ inline DropoutParams make_dropout_params(float p, std::uint64_t seed, std::uint6
     if (threshold > 255 && p < 1.0f) threshold = 255;  // p < 1 keeps something
     d.threshold = threshold;
     d.keep_scale = threshold >= 256 ? 0.0f : static_cast<float>(256.0 / (256.0 - threshold));
+    const std::uint32_t small = threshold <= 128 ? threshold : 256 - threshold;
+    d.threshold_bytes = small * 0x01010101u;
+    d.complement = threshold <= 128 ? 0u : 0xFFFFFFFFu;
   }
   d.key0 = static_cast<std::uint32_t>(seed);
   d.key1 = static_cast<std::uint32_t>(seed >> 32) ^ static_cast<std::uint32_t>(offset >> 32);
@@ -95,17 +105,24 @@ inline DropoutParams make_dropout_params(float p, std::uint64_t seed, std::uint6
 
 // The Philox call that decides element (i, j) of head bh = b * Hq + h, and the 15 others that
 // share it (see the top of this file).
-FLASHPP_HD std::uint32_t dropout_counter0(std::uint32_t j) { return ((j >> 5) << 2) | ((j >> 1) & 3u); }
-FLASHPP_HD std::uint32_t dropout_counter1(std::uint32_t i) { return ((i >> 4) << 3) | (i & 7u); }
+FLASHPP_HD std::uint32_t dropout_counter0(std::uint32_t j) { return ((j >> 4) << 2) | ((j >> 1) & 3u); }
+FLASHPP_HD std::uint32_t dropout_counter1(std::uint32_t i) { return ((i >> 4) << 2) | ((i >> 1) & 3u); }
 
 FLASHPP_HD PhiloxResult dropout_random_bytes(const DropoutParams& d, std::uint32_t bh,
                                              std::uint32_t i, std::uint32_t j) {
   return philox4x32_10(dropout_counter0(j), dropout_counter1(i), bh, d.counter3, d.key0, d.key1);
 }
 
-// Which of the call's 16 bytes decides element (i, j).
+// Which word of the call decides element (i, j), and which byte of that word.
+FLASHPP_HD unsigned dropout_word_index(std::uint32_t i, std::uint32_t j) {
+  return 2u * (i & 1u) + (j & 1u);
+}
+FLASHPP_HD unsigned dropout_byte_in_word(std::uint32_t i, std::uint32_t j) {
+  return 2u * ((i >> 3) & 1u) + ((j >> 3) & 1u);
+}
+// The same as one index 0..15 of the call's bytes.
 FLASHPP_HD unsigned dropout_byte_index(std::uint32_t i, std::uint32_t j) {
-  return ((i >> 3) & 1u) * 8u + ((j >> 3) & 3u) * 2u + (j & 1u);
+  return 4u * dropout_word_index(i, j) + dropout_byte_in_word(i, j);
 }
 
 // (Selects rather than an indexed load: with a run-time index, GPU code keeps the words in
@@ -115,6 +132,16 @@ FLASHPP_HD bool dropout_keep_byte(const PhiloxResult& bytes, unsigned index,
   const std::uint32_t word = (index & 8u) ? ((index & 4u) ? bytes.r[3] : bytes.r[2])
                                           : ((index & 4u) ? bytes.r[1] : bytes.r[0]);
   return ((word >> (8u * (index & 3u))) & 0xFFu) >= threshold;
+}
+
+// The keep decisions of a word's four bytes at once, in their sign bits: bit 7 of byte k of the
+// result is 1 iff byte k of `word` >= threshold (the other bits mean nothing). For threshold
+// t <= 128, with x = the byte: x >= t iff x >= 128 or (x mod 128) >= t, and (x | 128) - t is at
+// least 128 exactly when the latter holds, never borrowing from the next byte. For t > 128,
+// x >= t iff not (255 - x >= 256 - t): the same test on the complemented bytes, inverted.
+FLASHPP_HD std::uint32_t dropout_keep_signs(std::uint32_t word, const DropoutParams& d) {
+  const std::uint32_t x = word ^ d.complement;
+  return (x | ((x | 0x80808080u) - d.threshold_bytes)) ^ d.complement;
 }
 
 // The keep decision of one element (slow path: one Philox call per element).

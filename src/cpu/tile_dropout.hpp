@@ -1,7 +1,7 @@
 // Dropout factors of a tile: z = keep_scale where the element is kept, 0 where it is dropped,
-// with the keep decision of src/common/philox.hpp. One Philox call decides 16 elements (rows i
-// and i + 8 of a 16-row block x 8 keys of a 32-key block), so the tile is walked call by call:
-// each call's bytes go to the tile elements it decides.
+// with the keep decision of src/common/philox.hpp. One Philox call decides 16 elements (rows
+// 2a + {0, 1, 8, 9} x keys 2c + {0, 1, 8, 9} of a 16 x 16 block), so the tile is walked call by
+// call: each call's bytes go to the tile elements it decides.
 #pragma once
 
 #include <cstdint>
@@ -19,28 +19,24 @@ inline void for_each_dropout_factor(std::int64_t q_rows, std::int64_t kv_rows, s
   if (q_rows <= 0 || kv_rows <= 0) return;
   const float kept = d.keep_scale;
   const std::int64_t i_end = i0 + q_rows, j_end = j0 + kv_rows;
+  constexpr int kComb[4] = {0, 1, 8, 9};  // offsets of a comb's rows (keys) from 2a (2c)
   for (std::int64_t ib = i0 / 16 * 16; ib < i_end; ib += 16) {
-    for (std::int64_t r = 0; r < 8; ++r) {
-      const std::int64_t rows[2] = {ib + r, ib + 8 + r};
-      const bool row_in[2] = {rows[0] >= i0 && rows[0] < i_end, rows[1] >= i0 && rows[1] < i_end};
-      if (!row_in[0] && !row_in[1]) continue;
-      for (std::int64_t jb = j0 / 32 * 32; jb < j_end; jb += 32) {
-        for (std::int64_t c = 0; c < 4; ++c) {
-          // Keys jb + 8 * group + 2c + e of this call.
-          const std::int64_t first = jb + 2 * c, last = jb + 24 + 2 * c + 1;
-          if (last < j0 || first >= j_end) continue;
+    for (std::int64_t jb = j0 / 16 * 16; jb < j_end; jb += 16) {
+      for (int a = 0; a < 4; ++a) {
+        for (int c = 0; c < 4; ++c) {
           const detail::PhiloxResult bytes = detail::dropout_random_bytes(
-              d, bh, static_cast<std::uint32_t>(rows[0]), static_cast<std::uint32_t>(first));
-          for (int half = 0; half < 2; ++half) {
-            if (!row_in[half]) continue;
-            for (int group = 0; group < 4; ++group) {
-              for (int e = 0; e < 2; ++e) {
-                const std::int64_t j = jb + 8 * group + 2 * c + e;
-                if (j < j0 || j >= j_end) continue;
-                const bool keep = detail::dropout_keep_byte(
-                    bytes, static_cast<unsigned>(8 * half + 2 * group + e), d.threshold);
-                visit(rows[half] - i0, j - j0, keep ? kept : 0.0f);
-              }
+              d, bh, static_cast<std::uint32_t>(ib + 2 * a), static_cast<std::uint32_t>(jb + 2 * c));
+          for (int ri : kComb) {
+            const std::int64_t i = ib + 2 * a + ri;
+            if (i < i0 || i >= i_end) continue;
+            for (int ci : kComb) {
+              const std::int64_t j = jb + 2 * c + ci;
+              if (j < j0 || j >= j_end) continue;
+              const bool keep = detail::dropout_keep_byte(
+                  bytes,
+                  detail::dropout_byte_index(static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j)),
+                  d.threshold);
+              visit(i - i0, j - j0, keep ? kept : 0.0f);
             }
           }
         }

@@ -172,41 +172,76 @@ TEST(DropoutPhilox, ThresholdStaysInsideOneTo255) {
 }
 
 // The definition written out independently of philox.hpp's helpers: element (i, j) is byte
-// 8 * ((i / 8) % 2) + 2 * ((j % 32) / 8) + j % 2 of the call with counter
-// (4 * (j / 32) + (j % 8) / 2, 8 * (i / 16) + i % 8, bh, offset_lo), and keep iff byte >= t.
-// Also: the 16 elements of one call are those one thread holds of a 16 x 32 accumulator block.
+// 2 * ((i / 8) % 2) + (j / 8) % 2 of word 2 * (i % 2) + j % 2 of the call with counter
+// (4 * (j / 16) + (j % 8) / 2, 4 * (i / 16) + (i % 8) / 2, bh, offset_lo), and keep iff
+// byte >= t. Also: the 16 elements of one call are a 4 x 4 comb of a 16 x 16 block, which two
+// lanes of an m16n8 accumulator (or of its transpose) hold as two whole words each.
 TEST(DropoutPhilox, SixteenElementsPerCallAsDefined) {
   const auto params = make_dropout_params(0.37f, 99, (5ull << 32) | 1234u);
   const std::uint32_t bh = 5;
   int checked = 0;
   for (std::uint32_t i = 0; i < 40; ++i) {
     for (std::uint32_t j = 0; j < 100; ++j) {
-      const auto words = detail::philox4x32_10(4 * (j / 32) + (j % 8) / 2, 8 * (i / 16) + i % 8, bh,
-                                               1234u, 99u, 0u ^ 5u);
-      const unsigned index = 8 * ((i / 8) % 2) + 2 * ((j % 32) / 8) + j % 2;
-      const std::uint32_t byte = (words.r[index / 4] >> (8 * (index % 4))) & 0xFF;
+      const auto words = detail::philox4x32_10(4 * (j / 16) + (j % 8) / 2, 4 * (i / 16) + (i % 8) / 2,
+                                               bh, 1234u, 99u, 0u ^ 5u);
+      const unsigned word = 2 * (i % 2) + j % 2, byte_in_word = 2 * ((i / 8) % 2) + (j / 8) % 2;
+      const std::uint32_t byte = (words.r[word] >> (8 * byte_in_word)) & 0xFF;
       ASSERT_EQ(dropout_keep(params, bh, i, j), byte >= params.threshold) << i << " " << j;
       ++checked;
     }
   }
   EXPECT_EQ(checked, 4000);
-  // Thread (g, t) of an m16n8 accumulator over a 16 x 32 block at (16 * a, 32 * b) holds rows g,
-  // g + 8 and keys 8 * group + 2t + e: all from one call, each from its own byte.
-  for (std::uint32_t g = 0; g < 8; ++g) {
-    for (std::uint32_t t = 0; t < 4; ++t) {
-      const std::uint32_t i0 = 16 * 3 + g, j0 = 32 * 2 + 2 * t;
+  // Lanes g = 2a and 2a + 1 at t = c of an m16n8 accumulator over the 16 x 16 block at
+  // (16 * 3, 16 * 5) hold rows g, g + 8 x keys 2c, 2c + 1, 2c + 8, 2c + 9: together one call,
+  // each element its own byte, each lane two whole words (rows of one parity).
+  for (std::uint32_t a = 0; a < 4; ++a) {
+    for (std::uint32_t c = 0; c < 4; ++c) {
+      const std::uint32_t i0 = 16 * 3 + 2 * a, j0 = 16 * 5 + 2 * c;
       const auto call = detail::dropout_random_bytes(params, bh, i0, j0);
       unsigned seen = 0;
-      for (std::uint32_t half = 0; half < 2; ++half)
-        for (std::uint32_t group = 0; group < 4; ++group)
-          for (std::uint32_t e = 0; e < 2; ++e) {
-            const std::uint32_t i = i0 + 8 * half, j = j0 + 8 * group + e;
+      for (std::uint32_t g = 2 * a; g < 2 * a + 2; ++g) {
+        unsigned words_of_lane = 0;
+        for (std::uint32_t half = 0; half < 2; ++half)
+          for (std::uint32_t key : {0u, 1u, 8u, 9u}) {
+            const std::uint32_t i = 16 * 3 + g + 8 * half, j = j0 + key;
             const auto other = detail::dropout_random_bytes(params, bh, i, j);
             for (int w = 0; w < 4; ++w) ASSERT_EQ(other.r[w], call.r[w]);
             seen |= 1u << detail::dropout_byte_index(i, j);
+            words_of_lane |= 1u << detail::dropout_word_index(i, j);
           }
+        EXPECT_EQ(words_of_lane, (g % 2) ? 0xCu : 0x3u);
+      }
       EXPECT_EQ(seen, 0xFFFFu);
     }
+  }
+}
+
+// dropout_keep_signs decides four bytes at once exactly as the byte compare does, for every
+// threshold the parameters can hold (1 .. 256) and every byte value in every position.
+TEST(DropoutPhilox, FourBytesAtOnceMatchTheByteCompare) {
+  for (float p : {0.001f, 0.1f, 0.25f, 0.4999f, 0.5f, 0.5001f, 0.75f, 0.9f, 0.999f, 1.0f}) {
+    const auto params = make_dropout_params(p, 1, 2);
+    for (std::uint32_t threshold = 1; threshold <= 256; ++threshold) {
+      auto d = params;
+      d.threshold = threshold;
+      const std::uint32_t small = threshold <= 128 ? threshold : 256 - threshold;
+      d.threshold_bytes = small * 0x01010101u;
+      d.complement = threshold <= 128 ? 0u : 0xFFFFFFFFu;
+      for (std::uint32_t v = 0; v < 256; ++v) {
+        // v in each position, its neighbours chosen to provoke borrows (0, 255, v ^ 0x80).
+        const std::uint32_t word = v | (0u << 8) | (255u << 16) | ((v ^ 0x80u) << 24);
+        const std::uint32_t signs = detail::dropout_keep_signs(word, d);
+        for (int k = 0; k < 4; ++k) {
+          const std::uint32_t byte = (word >> (8 * k)) & 0xFF;
+          ASSERT_EQ(((signs >> (8 * k + 7)) & 1u) != 0, byte >= threshold)
+              << "threshold " << threshold << " byte " << byte << " position " << k;
+        }
+      }
+    }
+    // And make_dropout_params fills the fields the same way.
+    const std::uint32_t t = params.threshold;
+    EXPECT_EQ(params.threshold_bytes, (t <= 128 ? t : 256 - t) * 0x01010101u) << p;
+    EXPECT_EQ(params.complement, t <= 128 ? 0u : 0xFFFFFFFFu) << p;
   }
 }
 

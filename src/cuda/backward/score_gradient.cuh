@@ -88,12 +88,12 @@ __device__ __forceinline__ void with_score_flags(bool softcap, bool masked, bool
 
 // The dropout decisions of a thread's accumulator elements as a bit mask (bit e for element e;
 // at most 64 elements, in 32 or 64 bits). `element_ij(e, i, j)` names element e's (query, key).
-// One Philox call decides 16 elements (common/philox.hpp). The loop is kept rolled on purpose
-// (Philox is ~40 instructions; unrolled over every element it would bloat the kernel for a path
-// that is off in most calls), and makes a call only when an element needs another call than the
-// last one made for a query row of its parity: the dQ kernel's elements (query rows g, g + 8)
-// then share one call per 16 elements, and the main kernel's transposed tiles, which alternate
-// between query rows 2t and 2t + 1, one call per 4 to 8 elements.
+// One Philox call decides a 4 x 4 comb of 16 elements (common/philox.hpp), of which a thread of
+// these kernels holds 8 (two rows of one parity x four keys in the dQ kernel; two keys x four
+// queries in the main kernel's transposed tiles). The loop is kept rolled on purpose (Philox is
+// ~40 instructions; unrolled over every element it would bloat the kernel for a path that is off
+// in most calls), and makes a call only when an element needs another call than the two kept
+// from before (the older one is replaced): one call per 8 elements.
 // kExtras = false: the plain instantiation, which has no dropout (every element kept).
 template <int kElements, bool kExtras, typename ElementIndex>
 __device__ __forceinline__ auto dropout_keep_bits(const BackwardParams& p, std::uint32_t bh,
@@ -102,8 +102,9 @@ __device__ __forceinline__ auto dropout_keep_bits(const BackwardParams& p, std::
   using Bits = std::conditional_t<(kElements > 32), std::uint64_t, std::uint32_t>;
   if (!kExtras || p.dropout.threshold == 0) return ~Bits{0};
   Bits bits = 0;
-  detail::PhiloxResult even{}, odd{};  // the last call for an even / odd query row
-  std::uint64_t even_id = ~0ull, odd_id = ~0ull;
+  detail::PhiloxResult calls[2] = {};  // the two latest calls and their counters
+  std::uint64_t ids[2] = {~0ull, ~0ull};
+  bool replace_second = false;
 #pragma unroll 1
   for (int e = 0; e < kElements; ++e) {
     std::int64_t i64, j64;
@@ -111,18 +112,21 @@ __device__ __forceinline__ auto dropout_keep_bits(const BackwardParams& p, std::
     const auto i = static_cast<std::uint32_t>(i64), j = static_cast<std::uint32_t>(j64);
     const std::uint64_t id =
         (static_cast<std::uint64_t>(detail::dropout_counter0(j)) << 32) | detail::dropout_counter1(i);
-    const bool is_odd = (i & 1u) != 0;
-    if (id != (is_odd ? odd_id : even_id)) {
+    bool in_second = id == ids[1];
+    if (id != ids[0] && !in_second) {
       const detail::PhiloxResult bytes = detail::dropout_random_bytes(p.dropout, bh, i, j);
-      if (is_odd) {
-        odd = bytes;
-        odd_id = id;
+      // (Constant indices only, so that both calls stay in registers.)
+      if (replace_second) {
+        calls[1] = bytes;
+        ids[1] = id;
       } else {
-        even = bytes;
-        even_id = id;
+        calls[0] = bytes;
+        ids[0] = id;
       }
+      in_second = replace_second;
+      replace_second = !replace_second;
     }
-    const bool keep = detail::dropout_keep_byte(is_odd ? odd : even,
+    const bool keep = detail::dropout_keep_byte(in_second ? calls[1] : calls[0],
                                                 detail::dropout_byte_index(i, j), p.dropout.threshold);
     bits |= static_cast<Bits>(keep) << e;
   }

@@ -1,5 +1,6 @@
 // The forward's element-wise steps, shared by every kernel family (sm80's mma.sync, sm90's wgmma):
-// apply_softcap, apply_mask, online_softmax_update, apply_dropout and write_output.
+// apply_softcap, apply_mask, online_softmax_update, dropout (dropout_signs, apply_dropout_signs)
+// and write_output.
 //
 // They work on a row view that both families' accumulators share: a warp owns kRowsPerWarp query
 // rows as kMTiles 16-row tiles, and within one 16-row tile, element c of 8-column tile nt in lane
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "dropout_signs.cuh"
 #include "forward_params.hpp"
 #include "math.cuh"
 #include "warp_reduce.cuh"
@@ -137,46 +139,75 @@ __device__ __forceinline__ void rescale_output(float (&o)[Traits::kMTiles][Trait
   }
 }
 
-// Dropout on P (after the row sums took P undropped: lse ignores dropout). The keep decisions
-// come from the shared Philox stream (common/philox.hpp), whose calls are laid out for this
-// accumulator layout: the lane's rows g, g + 8 of a 16-row tile x its keys 2t, 2t + 1 of the
-// four 8-key tiles of a 32-key block are the 16 bytes of one call. The keep_scale factor is
-// applied once to O at the end.
+// Dropout on P (after the row sums took P undropped: lse ignores dropout; the keep_scale factor
+// is applied once to O at the end). The keep decisions come from the shared Philox stream
+// (common/philox.hpp), whose calls are laid out for this accumulator layout: lanes g and g ^ 1
+// (lane ^ 4) hold one call's 16 elements of a 16 x 16 block, split by row parity. Decisions are
+// made while the scores are at hand (dropout_signs, overlapping the running products) and applied
+// to P once it is packed to 16 bits (apply_dropout_signs: one permute and one AND per pair).
+// Key tiles of a multiple of 32 keys only; other sizes (tuning tables) use
+// apply_dropout_per_element.
 template <typename Traits>
-__device__ __forceinline__ void apply_dropout(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
-                                              const ForwardParams& p, std::uint32_t bh,
-                                              std::int64_t row0, std::int64_t key0, int lane) {
+inline constexpr bool kDropoutBySigns = Traits::kNTiles % 4 == 0;
+
+template <typename Traits>
+struct DropoutSigns {
+  KeepSigns block_pair[Traits::kMTiles][kDropoutBySigns<Traits> ? Traits::kNTiles / 4 : 1];
+};
+
+// The keep signs of this lane's elements of a score tile whose first row is row0 (a multiple of
+// 16) and first key key0 (a multiple of 32).
+template <typename Traits>
+__device__ __forceinline__ void dropout_signs(DropoutSigns<Traits>& keep, const ForwardParams& p,
+                                              std::uint32_t bh, std::int64_t row0,
+                                              std::int64_t key0, int lane) {
+  static_assert(kDropoutBySigns<Traits>, "key tiles of a multiple of 32 keys");
   const int g = lane >> 2, t = lane & 3;
-  const std::uint32_t threshold = p.dropout.threshold;
-  // Key tiles of a multiple of 32 keys start on 32-key blocks (key0 = tile index x tile size).
-  // Other tile sizes (tuning tables only): a call per element.
+  const bool odd = (g & 1) != 0;
 #pragma unroll
   for (int mt = 0; mt < Traits::kMTiles; ++mt) {
     const auto i = static_cast<std::uint32_t>(row0 + mt * 16 + g);
-    if constexpr (Traits::kNTiles % 4 == 0) {
 #pragma unroll
-      for (int block = 0; block < Traits::kNTiles / 4; ++block) {
-        const auto j = static_cast<std::uint32_t>(key0 + block * 32 + 2 * t);
-        const detail::PhiloxResult bytes = detail::dropout_random_bytes(p.dropout, bh, i, j);
-#pragma unroll
-        for (int tile = 0; tile < 4; ++tile)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {  // c: half = c / 2 (row g or g + 8), key 2t + c % 2
-            const unsigned index = 8u * (c >> 1) + 2u * tile + (c & 1);
-            if (!detail::dropout_keep_byte(bytes, index, threshold)) s[mt][4 * block + tile][c] = 0.0f;
-          }
-      }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < Traits::kNTiles; ++nt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const auto ii = i + 8u * (c >> 1);
-          const auto j = static_cast<std::uint32_t>(key0 + nt * 8 + 2 * t + (c & 1));
-          if (!detail::dropout_keep(p.dropout, bh, ii, j)) s[mt][nt][c] = 0.0f;
-        }
+    for (int q = 0; q < Traits::kNTiles / 4; ++q) {
+      // The even lane calls for block A (keys 32q ..), the odd one for block B (32q + 16 ..).
+      const auto j = static_cast<std::uint32_t>(key0 + 32 * q + (odd ? 16 : 0) + 2 * t);
+      keep.block_pair[mt][q] =
+          share_dropout_calls<1>(detail::dropout_random_bytes(p.dropout, bh, i, j), odd, p.dropout);
     }
   }
+}
+
+// Drops the elements of one packed A fragment of P (m-tile mt, keys 16 kk .. 16 kk + 15):
+// registers 0..3 hold (row g, 8-key tile 2kk), (g + 8, 2kk), (g, 2kk + 1), (g + 8, 2kk + 1), keys
+// 2t, 2t + 1 each: byte 2 * (row half) + (tile parity) of the words for keys 2t and 2t + 1.
+template <typename Traits>
+__device__ __forceinline__ void apply_dropout_signs(std::uint32_t (&a)[4],
+                                                    const DropoutSigns<Traits>& keep, int mt,
+                                                    int kk) {
+  const KeepSigns& pair = keep.block_pair[mt][kk / 2];
+  const std::uint32_t* w = (kk & 1) ? pair.b : pair.a;
+  a[0] &= keep_mask_pair(w[0], w[1], 0);
+  a[1] &= keep_mask_pair(w[0], w[1], 2);
+  a[2] &= keep_mask_pair(w[0], w[1], 1);
+  a[3] &= keep_mask_pair(w[0], w[1], 3);
+}
+
+// The fallback for key tiles that are not a multiple of 32 keys: a Philox call per element.
+template <typename Traits>
+__device__ __forceinline__ void apply_dropout_per_element(
+    float (&s)[Traits::kMTiles][Traits::kNTiles][4], const ForwardParams& p, std::uint32_t bh,
+    std::int64_t row0, std::int64_t key0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < Traits::kNTiles; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const auto i = static_cast<std::uint32_t>(row0 + mt * 16 + g + 8 * (c >> 1));
+        const auto j = static_cast<std::uint32_t>(key0 + nt * 8 + 2 * t + (c & 1));
+        if (!detail::dropout_keep(p.dropout, bh, i, j)) s[mt][nt][c] = 0.0f;
+      }
 }
 
 // ---------------------------------------------------------------------------------------------

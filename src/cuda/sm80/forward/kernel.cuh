@@ -105,12 +105,14 @@ __device__ __forceinline__ void compute_scores(
 }
 
 // O[mt][dt] += P[mt] V(tile). P arrives as float accumulators of S's layout; two adjacent 8-key
-// tiles of it are exactly one 16x16 A fragment once packed to 16 bits.
+// tiles of it are exactly one 16x16 A fragment once packed to 16 bits. `dropped`: the dropout
+// decisions to apply to the packed P, or null.
 template <typename Traits>
 __device__ __forceinline__ void accumulate_pv(
     float (&o)[Traits::kMTiles][Traits::kDTiles][4],
     const float (&p)[Traits::kMTiles][Traits::kNTiles][4],
-    const FragmentReader<typename Traits::KVTile, Operand::b_trans>& v_reader) {
+    const FragmentReader<typename Traits::KVTile, Operand::b_trans>& v_reader,
+    const DropoutSigns<Traits>* dropped) {
   using Element = typename Traits::Element;
 #pragma unroll
   for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) {
@@ -121,6 +123,7 @@ __device__ __forceinline__ void accumulate_pv(
       a[mt][1] = pack_pair<Element>(p[mt][2 * kk][2], p[mt][2 * kk][3]);
       a[mt][2] = pack_pair<Element>(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
       a[mt][3] = pack_pair<Element>(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
+      if (dropped != nullptr) apply_dropout_signs<Traits>(a[mt], *dropped, mt, kk);
     }
     // V is [key][d] in shared memory (Operand::b_trans: B = V); the transposed ldmatrix yields
     // the B fragments of d tiles dp*16 (regs 0-1) and dp*16 + 8 (regs 2-3) for keys kk*16 ...
@@ -380,14 +383,23 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
     if (needs_mask) apply_mask<Traits>(s, p, m0 + warp_row0, n0, lane);
 
     rescale_output<Traits>(o, online_softmax_update<Traits>(s, row_max, row_sum, p.scale_log2));
+    DropoutSigns<Traits> keep;
+    const DropoutSigns<Traits>* dropped = nullptr;
     if constexpr (kExtras) {
-      if (p.dropout.threshold != 0) apply_dropout<Traits>(s, p, bh32, m0 + warp_row0, n0, lane);
+      if (p.dropout.threshold != 0) {
+        if constexpr (kDropoutBySigns<Traits>) {
+          dropout_signs<Traits>(keep, p, bh32, m0 + warp_row0, n0, lane);
+          dropped = &keep;
+        } else {
+          apply_dropout_per_element<Traits>(s, p, bh32, m0 + warp_row0, n0, lane);
+        }
+      }
     }
     if (kSplitFirstTile && it == 0) {  // V0 (group G1): kStages + 1 groups are committed by now
       cp_async_wait<kStages - 1>();
       __syncthreads();
     }
-    accumulate_pv<Traits>(o, s, v_reader);
+    accumulate_pv<Traits>(o, s, v_reader, dropped);
   }
   cp_async_wait<0>();  // leave no copy in flight into shared memory that is about to be freed
 

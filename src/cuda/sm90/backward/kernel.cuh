@@ -38,6 +38,7 @@
 #include "../../backward/dq_accum.cuh"
 #include "../../backward/params.hpp"
 #include "../../common/block_order.cuh"
+#include "../../common/dropout_signs.cuh"
 #include "../../common/math.cuh"
 #include "../../common/swizzle.cuh"
 #include "../../common/tma.cuh"
@@ -285,31 +286,31 @@ __device__ __forceinline__ void issue_query_gradient(float (&acc)[Traits::kDqTil
 }
 
 // Dropout factors of the thread's S^T accumulator elements (keys key0 + g + 8 (c / 2), queries
-// m0 + 8 nt + 2t + c % 2): keep_scale where kept, 0 where dropped. The Philox call of
-// (query i, key j) covers queries i, i + 8 of a 16-query block and, for key j, the keys of its
-// 32-key block congruent to j modulo 8: per pair of 8-query tiles and query parity, one call
-// gives this thread its 4 elements of that parity (two 8-key halves x two query tiles).
+// m0 + 8 nt + 2t + c % 2): keep_scale where kept, 0 where dropped. One Philox call decides a
+// 4 x 4 comb of a 16-query x 16-key block, which lanes g and g ^ 1 hold split by key parity
+// (common/philox.hpp): for each 32-query block the pair makes one call each and swaps halves,
+// so a lane makes one call per 16 of its elements. Element (nt, c) is then byte
+// 2 (c / 2) + nt % 2 of the word for query parity c % 2 in its 16-query block's words.
 template <typename Traits>
 __device__ __forceinline__ void dropout_factors(float (&factor)[Traits::kQTiles][4],
                                                 const bwd::BackwardParams& p, std::uint32_t bh,
                                                 std::int64_t m0, std::int64_t key0, int g, int t) {
+  static_assert(Traits::kQTiles % 4 == 0, "query tiles of a multiple of 32 queries");
+  const bool odd = (g & 1) != 0;
   const auto j = static_cast<std::uint32_t>(key0 + g);
-  const unsigned group0 = (j & 31u) >> 3;  // the 8-key group of key0 + g; key0 + g + 8 is next
-  const float kept = p.dropout.keep_scale;
+  const std::uint32_t kept = __float_as_uint(p.dropout.keep_scale);
 #pragma unroll
-  for (int pair = 0; pair < Traits::kQTiles / 2; ++pair) {
+  for (int q = 0; q < Traits::kQTiles / 4; ++q) {
+    // The even lane calls for the first 16 queries of the block, the odd one for the second.
+    const auto i = static_cast<std::uint32_t>(m0 + 32 * q + (odd ? 16 : 0) + 2 * t);
+    const KeepSigns keep =
+        share_dropout_calls<2>(detail::dropout_random_bytes(p.dropout, bh, i, j), odd, p.dropout);
 #pragma unroll
-    for (int parity = 0; parity < 2; ++parity) {
-      const auto i = static_cast<std::uint32_t>(m0 + 16 * pair + 2 * t + parity);
-      const detail::PhiloxResult bytes = detail::dropout_random_bytes(p.dropout, bh, i, j);
+    for (int nt = 4 * q; nt < 4 * q + 4; ++nt) {
+      const std::uint32_t* w = (nt & 2) ? keep.b : keep.a;
 #pragma unroll
-      for (int half = 0; half < 2; ++half)      // query tile 2 pair + half: i or i + 8
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {           // key j or j + 8
-          const unsigned index = 8u * half + 2u * (group0 + h) + (j & 1u);
-          factor[2 * pair + half][2 * h + parity] =
-              detail::dropout_keep_byte(bytes, index, p.dropout.threshold) ? kept : 0.0f;
-        }
+      for (int c = 0; c < 4; ++c)
+        factor[nt][c] = __uint_as_float(keep_mask(w[c & 1], 2u * (c >> 1) + (nt & 1)) & kept);
     }
   }
 }

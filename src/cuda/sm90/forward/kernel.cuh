@@ -10,7 +10,7 @@
 //     wgmma, with the softmax of one key tile overlapping the P V product of the previous one:
 //         S(j) = Q K(j)^T              issue (wgmma, both operands in shared memory)
 //         O += P(j-1) V(j-1)           issue (wgmma, P from registers)
-//         wait for S(j); softcap, mask, online softmax, dropout on S(j) -> P(j) (float)
+//         wait for S(j); softcap, mask, online softmax, dropout decisions on S(j) -> P(j) (float)
 //         wait for the P V product; release buffer j-1; rescale O; P(j) -> 16-bit A fragments
 //     and at the end O / row sum and lse (common/forward_steps.cuh, shared with the sm80 family).
 // Key tiles are visited from the last one down, so the tiles that need an element mask under a
@@ -300,6 +300,8 @@ __device__ __forceinline__ void consumer_mainloop(const Sm90ForwardParams& param
   const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
   if (num_tiles > 0) {
     const auto bh32 = static_cast<std::uint32_t>(tile.bh);
+    const bool dropout = kExtras && p.dropout.threshold != 0;
+    DropoutSigns<Traits> keep;  // the dropout decisions of the latest score tile
     // The element-wise steps of one score tile, in the paper's order; the rescale of O they ask
     // for comes back in `correction` (1 for the first tile, whose O is still zero).
     auto softmax_steps = [&](float (&s)[1][Traits::kNTiles][4], std::int64_t n_block) {
@@ -308,11 +310,27 @@ __device__ __forceinline__ void consumer_mainloop(const Sm90ForwardParams& param
       if (tile.keys.needs_mask(n_block)) apply_mask<Traits>(s, p, row0, n0, lane);
       const SoftmaxCorrection<Traits> correction =
           online_softmax_update<Traits>(s, row_max, row_sum, p.scale_log2);
-      if (kExtras && p.dropout.threshold != 0) apply_dropout<Traits>(s, p, bh32, row0, n0, lane);
+      if (dropout) {
+        if constexpr (kDropoutBySigns<Traits>) {
+          dropout_signs<Traits>(keep, p, bh32, row0, n0, lane);
+        } else {
+          apply_dropout_per_element<Traits>(s, p, bh32, row0, n0, lane);
+        }
+      }
       return correction;
     };
 
     std::uint32_t p_frag[Traits::kBlockN / 16][4];
+    // P (float) -> 16-bit A fragments, with the dropped elements zeroed.
+    auto prepare_p = [&](const float (&s)[Traits::kNTiles][4]) {
+      convert_p<Traits>(p_frag, s);
+      if constexpr (kDropoutBySigns<Traits>) {
+        if (dropout) {
+#pragma unroll
+          for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) apply_dropout_signs<Traits>(p_frag[kk], keep, 0, kk);
+        }
+      }
+    };
     const IssueTurns<Traits::kConsumers> turns{consumer};
     turns.start();
     mbarrier_wait(smem.q_full(), 0);
@@ -328,7 +346,7 @@ __device__ __forceinline__ void consumer_mainloop(const Sm90ForwardParams& param
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
       release_buffer(smem.k_empty(0), lane);
       softmax_steps(s, tile.keys.end - 1);  // O is still zero: no rescale
-      convert_p<Traits>(p_frag, s[0]);
+      prepare_p(s[0]);
     }
     for (int j = 1; j < num_tiles; ++j) {
       const int stage = j % Traits::kStages, prev_stage = (j - 1) % Traits::kStages;
@@ -350,7 +368,7 @@ __device__ __forceinline__ void consumer_mainloop(const Sm90ForwardParams& param
       ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockN / 4]>(p_frag));
       release_buffer(smem.v_empty(prev_stage), lane);
       rescale_output<Traits>(o, correction);
-      convert_p<Traits>(p_frag, s[0]);
+      prepare_p(s[0]);
     }
     const int last = num_tiles - 1;
     mbarrier_wait(smem.v_full(last % Traits::kStages), (last / Traits::kStages) & 1u);
