@@ -7,6 +7,7 @@
 //   wgmma_commit()            closes the wgmma issued so far into a group
 //   wgmma_wait<K>()           waits until at most K groups are still running
 //   fence_registers(x)        keeps the compiler from moving accesses of x across this point
+//   compute_before_next_wait(v)  keeps ptxas from sinking v's computation below the next wait
 //   fence_shared_to_async()   makes ordinary shared-memory stores visible to wgmma operand reads
 //
 // Operand layouts. The tiles the kernels feed to wgmma are the 128-byte-swizzled panels of
@@ -88,6 +89,22 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void fence_shared_to_async() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// Keeps ptxas from sinking the computation of `value` below the next wgmma wait: a branch on
+// it (never taken: no float has these bits) ends the basic block, so everything `value` depends
+// on is computed before the wait that follows. ptxas otherwise schedules a whole softmax after
+// a wait_group 0 that the source places after it, and the softmax no longer overlaps the
+// in-flight wgmma. Costs a compare and a branch.
+__device__ __forceinline__ void compute_before_next_wait(float value) {
+#if FLASHPP_WGMMA_AVAILABLE && defined(FLASHPP_SOFTMAX_ANCHOR_WARPSYNC)
+  (void)value;
+  asm volatile("bar.warp.sync -1;\n" ::: "memory");
+#elif FLASHPP_WGMMA_AVAILABLE
+  if (__float_as_uint(value) == 0xffffffffu) asm volatile("trap;\n");
+#else
+  (void)value;
 #endif
 }
 
