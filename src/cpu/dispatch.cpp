@@ -4,8 +4,10 @@
 //
 //   f32, f16 storage: the float32 kernels of the level (generic, avx2, avx512; the avx512bf16
 //                     and amx levels use the avx512 ones)
-//   bf16 storage:     forward on the bf16 engine of the level (avx512bf16: vdpbf16ps dot
-//                     products; amx: tdpbf16ps tiles), backward on the float32 kernels
+//   bf16 storage:     forward on the AMX engine (tdpbf16ps tiles) at level amx, on the
+//                     AVX512-BF16 engine (vdpbf16ps) only when FLASHPP_CPU_ISA=avx512bf16 asks
+//                     (see below); otherwise, and for the backward, the float32 kernels
+#include <cstdlib>
 #include <new>
 #include <string>
 #include <vector>
@@ -27,16 +29,24 @@ IsaLevel f32_kernel_level(IsaLevel level) {
   return level >= IsaLevel::avx512 ? IsaLevel::avx512 : level;
 }
 
-bool uses_bf16_engine(IsaLevel level, const detail::ForwardArgs& a) {
-  return false && level >= IsaLevel::avx512bf16 && a.q.dtype == DType::bf16 && a.k.dtype == DType::bf16 &&
-         a.v.dtype == DType::bf16;
+// The AMX engine runs whenever the level is amx. The AVX512-BF16 engine only when asked for
+// (FLASHPP_CPU_ISA=avx512bf16): on the Intel Xeon it was measured on, vdpbf16ps retires at a
+// quarter of vfmadd231ps's rate (half its flops), and the engine ran at 0.4x the float32 path
+// (docs/cpu-backend.md); CPUs with fast bf16 dot products (AMD Zen 4) are unmeasured.
+bool avx512bf16_engine_requested(IsaLevel level) {
+  return level == IsaLevel::avx512bf16 && std::getenv("FLASHPP_CPU_ISA") != nullptr;
+}
+
+bool uses_bf16_engine(IsaLevel level, DType q, DType k, DType v) {
+  const bool bf16 = q == DType::bf16 && k == DType::bf16 && v == DType::bf16;
+  return bf16 && (level == IsaLevel::amx || avx512bf16_engine_requested(level));
 }
 
 }  // namespace
 
 std::string kernel_name(DType dtype, bool backward) {
   const IsaLevel level = active_isa();
-  if (false && !backward && dtype == DType::bf16 && level >= IsaLevel::avx512bf16) {
+  if (!backward && uses_bf16_engine(level, dtype, dtype, dtype)) {
     return level == IsaLevel::amx ? "amx bf16 (tdpbf16ps tiles)" : "avx512bf16 bf16 (vdpbf16ps)";
   }
   return std::string(to_string(f32_kernel_level(level))) + " f32";
@@ -44,7 +54,12 @@ std::string kernel_name(DType dtype, bool backward) {
 
 void flash_forward(const detail::ForwardArgs& a) {
   const IsaLevel level = active_isa();
-  if (uses_bf16_engine(level, a)) {
+  if (uses_bf16_engine(level, a.q.dtype, a.k.dtype, a.v.dtype)) {
+    if (level == IsaLevel::amx) {
+      isa_amx::flash_forward_bf16(a);
+    } else {
+      isa_avx512bf16::flash_forward_bf16(a);
+    }
     return;
   }
   switch (f32_kernel_level(level)) {
