@@ -65,10 +65,9 @@ inline __mmask16 lanes_mask(long count) {
 
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
 
-// exp on 8 lanes (AVX2 builds): the same reduction and polynomial as exp_ps above; 2^n is built
-// in the exponent field ((n + 127) << 23; n is within [-126, 128) after the clamps, and 2^128
-// is not needed since x <= 88.5 gives n <= 128 only at the very top, clamped below), and lanes
-// below -87 are set to exactly 0.
+// exp on 8 lanes (AVX2 builds): the same reduction and polynomial as exp_ps above. 2^n is built
+// in the exponent field, (n + 127) << 23: x is clamped to [-87, 88], so n stays in [-126, 127]
+// (a normal float); lanes below -87 are set to exactly 0.
 inline __m256 exp_ps(__m256 x) {
   const __m256 kLog2e = _mm256_set1_ps(1.44269504088896341f);
   const __m256 kLn2Hi = _mm256_set1_ps(0.693359375f);
