@@ -2,6 +2,7 @@
 // on every machine, including those it then rules out).
 #include "cpu_features.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -123,7 +124,14 @@ const char* to_string(IsaLevel level) {
   return "?";
 }
 
-IsaLevel supported_isa() { return features().level; }
+#ifndef FLASHPP_CPU_MAX_LEVEL
+#define FLASHPP_CPU_MAX_LEVEL 4
+#endif
+
+// The CPU's level, capped at the highest level this build compiled.
+IsaLevel supported_isa() {
+  return std::min(features().level, static_cast<IsaLevel>(FLASHPP_CPU_MAX_LEVEL));
+}
 
 const char* cpu_feature_summary() { return features().summary.c_str(); }
 

@@ -20,6 +20,7 @@ FLASHPP_DECLARE_CPU_KERNELS(isa_avx2)
 FLASHPP_DECLARE_CPU_KERNELS(isa_avx512)
 FLASHPP_DECLARE_CPU_BF16_KERNELS(isa_avx512bf16)
 FLASHPP_DECLARE_CPU_BF16_KERNELS(isa_amx)
+// (FLASHPP_CPU_MAX_LEVEL: the highest level this build compiled, see CMakeLists.txt.)
 
 namespace flashpp::cpu {
 namespace {
@@ -55,12 +56,16 @@ std::string kernel_name(DType dtype, bool backward) {
 void flash_forward(const detail::ForwardArgs& a) {
   const IsaLevel level = active_isa();
   if (uses_bf16_engine(level, a.q.dtype, a.k.dtype, a.v.dtype)) {
+#if FLASHPP_CPU_MAX_LEVEL >= 4
     if (level == IsaLevel::amx) {
       isa_amx::flash_forward_bf16(a);
-    } else {
-      isa_avx512bf16::flash_forward_bf16(a);
+      return;
     }
+#endif
+#if FLASHPP_CPU_MAX_LEVEL >= 3
+    isa_avx512bf16::flash_forward_bf16(a);
     return;
+#endif
   }
   switch (f32_kernel_level(level)) {
     case IsaLevel::avx512: isa_avx512::flash_forward(a); return;
