@@ -173,6 +173,11 @@ FLASHPP_C_API int flashpp_cuda_available(void);
  * cuda_kernel_families). The pointer stays valid until the next call on this thread. */
 FLASHPP_C_API const char* flashpp_cuda_kernel_families(int device);
 
+/* Which CPU kernel FLASHPP_BACKEND_CPU runs now for `dtype` (forward, or backward when
+ * backward != 0), in words (see flashpp.hpp's cpu_kernel). The pointer stays valid until the
+ * next call on this thread. */
+FLASHPP_C_API const char* flashpp_cpu_kernel(flashpp_dtype dtype, int backward);
+
 /* "0.1.0" */
 FLASHPP_C_API const char* flashpp_version(void);
 

@@ -176,6 +176,13 @@ bool cuda_available() noexcept;
 // environment override). Benchmarks print it so that no slow path goes unnoticed.
 std::string cuda_kernel_families(int device = 0);
 
+// Which CPU kernel Backend::cpu runs now for `dtype` (forward, or backward when `backward`), and
+// the CPU features it was chosen from, e.g. "amx bf16 (tdpbf16ps tiles); cpu: avx2 fma ...".
+// The kernel is the best the CPU supports, or the level the environment variable
+// FLASHPP_CPU_ISA names (generic, avx2, avx512, avx512bf16, amx; a level the CPU lacks makes
+// Backend::cpu calls throw Error(unsupported)). Benchmarks print it.
+std::string cpu_kernel(DType dtype, bool backward = false);
+
 // "0.1.0"
 const char* version() noexcept;
 

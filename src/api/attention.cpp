@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "../cpu/cpu_backend.hpp"
+#include "../cpu/cpu_features.hpp"
 #include "../cuda/cuda_backend.hpp"
 #include "flashpp/flashpp.hpp"
 #include "validate.hpp"
@@ -84,6 +85,10 @@ TensorView make_lse(float* data, std::int64_t B, std::int64_t H, std::int64_t N,
 bool cuda_compiled() noexcept { return flashpp::cuda::compiled(); }
 bool cuda_available() noexcept { return flashpp::cuda::available(); }
 std::string cuda_kernel_families(int device) { return flashpp::cuda::kernel_families(device); }
+
+std::string cpu_kernel(DType dtype, bool backward) {
+  return flashpp::cpu::kernel_name(dtype, backward) + "; cpu: " + flashpp::cpu::cpu_feature_summary();
+}
 const char* version() noexcept { return "0.1.0"; }
 
 namespace {

@@ -293,6 +293,15 @@ const char* flashpp_cuda_kernel_families(int device) {
   }
   return text.c_str();
 }
+const char* flashpp_cpu_kernel(flashpp_dtype dtype, int backward) {
+  static thread_local std::string text;
+  try {
+    text = flashpp::cpu_kernel(static_cast<flashpp::DType>(dtype), backward != 0);
+  } catch (const std::exception& e) {
+    text = std::string("unknown: ") + e.what();
+  }
+  return text.c_str();
+}
 const char* flashpp_version(void) { return flashpp::version(); }
 const char* flashpp_last_error(void) { return last_error_message.c_str(); }
 

@@ -1,8 +1,14 @@
 // The CPU backend: the float64 reference (the oracle) and the tiled, multithreaded
 // FlashAttention-2 forward and backward.
+//
+// The tiled kernels (src/cpu/kernels/) are compiled once per instruction set, each build in its
+// own namespace flashpp::cpu::isa_<name> (so that no inline function of one build can stand in
+// for another's at link time); flash_forward / flash_backward here choose one at run time from
+// the CPU's features (src/cpu/cpu_features.hpp, src/cpu/dispatch.cpp).
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "../api/problem.hpp"
 
@@ -13,7 +19,8 @@ namespace flashpp::cpu {
 void reference_forward(const detail::ForwardArgs& args);
 void reference_backward(const detail::BackwardArgs& args);
 
-// Tiled FlashAttention-2 (src/cpu/flash_*.cpp). Extra memory is O(tile) per thread.
+// Tiled FlashAttention-2, dispatched to the best kernel the CPU runs. Extra memory is O(tile)
+// per thread.
 void flash_forward(const detail::ForwardArgs& args);
 void flash_backward(const detail::BackwardArgs& args);
 
@@ -21,4 +28,22 @@ void flash_backward(const detail::BackwardArgs& args);
 // the caller passes none.
 std::size_t backward_workspace_size(const detail::Problem& problem);
 
+// Name of the kernel flash_forward (backward = false) or flash_backward would run for `dtype`
+// on this machine now (FLASHPP_CPU_ISA included), e.g. "avx512 f32" or "amx bf16 (tiles)".
+std::string kernel_name(DType dtype, bool backward);
+
 }  // namespace flashpp::cpu
+
+// Entry points of each per-ISA build of src/cpu/kernels/ (d_rows: B x Hq x Nq floats of
+// workspace for D = rowsum(dO * O)).
+#define FLASHPP_DECLARE_CPU_KERNELS(isa)                                  \
+  namespace flashpp::cpu::isa {                                           \
+  void flash_forward(const detail::ForwardArgs& args);                    \
+  void flash_backward(const detail::BackwardArgs& args, float* d_rows);   \
+  }
+// Entry points of the bf16 engines (src/cpu/kernels/forward_bf16.cpp): the forward with its
+// tile products on bf16 dot-product units (AVX512-BF16) or tiles (AMX-BF16).
+#define FLASHPP_DECLARE_CPU_BF16_KERNELS(isa)                             \
+  namespace flashpp::cpu::isa {                                           \
+  void flash_forward_bf16(const detail::ForwardArgs& args);               \
+  }

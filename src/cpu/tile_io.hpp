@@ -18,7 +18,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-namespace flashpp::cpu {
+namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE {
 
 // count elements of dtype `dtype` at src -> float32 at dst, times `scale`.
 inline void convert_to_f32(const void* src, DType dtype, std::int64_t count, float* dst,
@@ -166,4 +166,4 @@ inline void store_tile_rows(const float* src, std::int64_t ld, const TensorView&
   }
 }
 
-}  // namespace flashpp::cpu
+}  // namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE
