@@ -181,7 +181,7 @@ def main():
         name = "CPU (dry run)"
     else:
         torch.cuda.set_device(local)
-        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        dist.init_process_group("nccl", pg_options=fd.nccl_options(), device_id=torch.device("cuda", local))
         name = f"{torch.cuda.get_device_name()}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}"
     world, rank = dist.get_world_size(), dist.get_rank()
     log(rank, f"ring_bench: world {world}, {name}, torch {torch.__version__}; causal, B=1, "

@@ -29,7 +29,16 @@ from . import _ring_schedule as sched
 from ._options import make_config
 from .torch import _eager
 
-__all__ = ["ring_attention", "zigzag_split", "zigzag_unsplit", "zigzag_gather"]
+__all__ = ["ring_attention", "zigzag_split", "zigzag_unsplit", "zigzag_gather", "nccl_options"]
+
+
+def nccl_options(high_priority_stream: bool = True):
+    """Options for dist.init_process_group("nccl", pg_options=...): the NCCL process group's
+    transfers on a high-priority stream, so that their blocks are scheduled ahead of the
+    attention kernels' waiting blocks (better overlap)."""
+    opts = dist.ProcessGroupNCCL.Options()
+    opts.is_high_priority_stream = high_priority_stream
+    return opts
 
 
 # ---- the zigzag split of the sequence dimension ---------------------------------------------

@@ -85,7 +85,7 @@ def main():
     else:
         torch.cuda.set_device(local)
         dev = torch.device("cuda", local)
-        dist.init_process_group("nccl", device_id=dev)
+        dist.init_process_group("nccl", pg_options=fd.nccl_options(), device_id=dev)
         transport = "NCCL " + ".".join(map(str, torch.cuda.nccl.version()))
     world, rank = dist.get_world_size(), dist.get_rank()
     if rank == 0:
