@@ -208,15 +208,15 @@ void ring_forward(const TensorView& q, const TensorView& k, const TensorView& v,
   const std::size_t es = element_size(s.dtype);
   const std::size_t kv_bytes = 2 * s.kv_elems() * es;  // K then V, one send buffer
 
-  // The kernels' scratch: the largest any step needs.
+  Scratch kv0(kv_bytes, stream), kv1(kv_bytes, stream);
+  // The kernels' scratch: the largest any step needs (asked with the views they will get).
   std::size_t ws_bytes = 0;
   for (int step = 0; step < ring.world; ++step) {
     const Piece p = ring_piece(ring.world, ring.rank, step, s.n, options.causal);
-    const TensorView kb = contiguous(nullptr, s, p.k1 - p.k0, s.Hkv);
+    const TensorView kb = rows(contiguous(kv0.get(), s, s.n, s.Hkv), p.k0, p.k1);
     ws_bytes = std::max(ws_bytes, forward_workspace_size(rows(q, p.q0, p.q1), kb, kb,
                                                          block_options(options, p.causal)));
   }
-  Scratch kv0(kv_bytes, stream), kv1(kv_bytes, stream);
   Scratch o_acc(s.q_elems() * sizeof(float), stream);
   Scratch o_blk(s.q_elems() * es, stream);
   Scratch lse_blk(std::size_t(s.B * s.Hq * s.n) * sizeof(float), stream);
@@ -268,14 +268,14 @@ void ring_backward(const TensorView& q, const TensorView& k, const TensorView& v
   const std::size_t dkv_bytes = 2 * s.kv_elems() * sizeof(float);  // float32 dK then dV
   const std::int64_t half = s.n / 2;
 
+  Scratch kv0(kv_bytes, stream), kv1(kv_bytes, stream);
   std::size_t ws_bytes = 0;
   for (int step = 0; step < ring.world; ++step) {
     const Piece p = ring_piece(ring.world, ring.rank, step, s.n, options.causal);
-    const TensorView kb = contiguous(nullptr, s, p.k1 - p.k0, s.Hkv);
+    const TensorView kb = rows(contiguous(kv0.get(), s, s.n, s.Hkv), p.k0, p.k1);
     ws_bytes = std::max(ws_bytes, backward_workspace_size(rows(q, p.q0, p.q1), kb, kb,
                                                           block_options(options, p.causal)));
   }
-  Scratch kv0(kv_bytes, stream), kv1(kv_bytes, stream);
   Scratch dkv0(dkv_bytes, stream), dkv1(dkv_bytes, stream);
   Scratch dq_acc(s.q_elems() * sizeof(float), stream);
   Scratch dq_blk(s.q_elems() * es, stream);
