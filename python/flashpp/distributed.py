@@ -199,6 +199,8 @@ def _auto_head_chunks(q, k, backward: bool) -> int:
     if not q.is_cuda:
         return 1
     free, _ = torch.cuda.mem_get_info(q.device)
+    # blocks torch's caching allocator holds but does not use are free for this call too
+    free += torch.cuda.memory_reserved(q.device) - torch.cuda.memory_allocated(q.device)
     kv = 2 * k.numel() * k.element_size()
     qb = q.numel() * q.element_size()
     need = (2 * kv + 4 * kv + 4 * qb + kv) if backward else (2 * kv + 3 * qb)
