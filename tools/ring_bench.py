@@ -4,11 +4,12 @@
 
 For each total length N (causal, B=1, H=32, D=128, bf16, forward + backward):
   t1      every rank runs single-GPU flashpp on the whole sequence at once (the same
-          conditions on each GPU; rank 0's time is reported);
+          conditions on each GPU; the slower GPU's time is reported);
   tW      ring_attention over all ranks (the slowest rank's time);
   compute the ring's block calls and merges alone (every step on the rank's own K/V, no
           transfers), comm the ring's transfers alone (K/V and the dK/dV accumulators, no compute);
-  efficiency = t1 / (W * tW); overlap: tW against compute + comm and max(compute, comm).
+  eff = t1 / (W * tW); comm_hidden = (compute + comm - tW) / comm, clipped to [0, 100%]: the
+  share of the transfer time that the ring hid behind the compute.
 --million: then 1M tokens (B=1, H=32, D=128 bf16) on the ring alone: time, peak memory per GPU.
 CUDA events, --warmup and --reps per measurement (512k and longer: 1 warmup, 2 reps unless told).
 Prints "RESULT ..." lines (rank 0) and writes ring_bench.json to --out.
@@ -119,9 +120,8 @@ def bench_length(N, args, world, rank, results):
     results.append(row)
     eff = f"{100 * row['efficiency']:.1f}%" if "efficiency" in row else "n/a"
     log(rank, f"RESULT N={N} W={world} t1={row.get('t1', float('nan')):.3f}s tW={row['tW']:.3f}s "
-              f"efficiency={eff} compute_only={row['compute']:.3f}s comm_only={row['comm']:.3f}s "
-              f"(compute+comm={row['compute'] + row['comm']:.3f}s; comm hidden "
-              f"{100 * min(max(row['overlap_hidden'], 0), 1):.0f}%)")
+              f"eff={eff} compute={row['compute']:.3f}s comm={row['comm']:.3f}s "
+              f"comm_hidden={100 * min(max(row['overlap_hidden'], 0), 1):.0f}%")
     del q, k, v, do
     if DEV == "cuda":
         torch.cuda.empty_cache()
@@ -152,8 +152,8 @@ def bench_million(args, world, rank, results, N):
     row = {"N": N, "world": world, "time_s": t.item(), "peak_gib": peak.item(),
            "finite": bool(finite.item()), "gpu_gib": total_gib, "runs": 1, "warmup": 0}
     results.append(row)
-    log(rank, f"RESULT_LARGE N={N} W={world} fwd+bwd {t.item():.2f} s (one run, no warmup), peak "
-              f"{peak.item():.1f} GiB of {total_gib:.0f} GiB per GPU, finite={row['finite']}")
+    log(rank, f"RESULT_LARGE N={N} W={world} time={t.item():.2f}s (1 run, no warmup) "
+              f"peak={peak.item():.1f}/{total_gib:.0f}GiB per GPU finite={row['finite']}")
     del q, k, v, do, o
     if DEV == "cuda":
         torch.cuda.empty_cache()

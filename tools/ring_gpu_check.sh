@@ -9,7 +9,7 @@
 #       GPU vs ring, efficiency = t1 / (W * tW), with the compute alone and the transfers alone;
 #   (4) 1M tokens (B=1, H=32, D=128, bf16) fwd+bwd on the ring: time and peak memory;
 #   (5) the simulated ring (W = 2, 3, 4, 8 ranks in one process) on one GPU, fp16/bf16.
-# Logs and ring_bench*.json go to $OUT (or ./ring-check-out); the summary table is printed last.
+# Logs go to $OUT (or ./ring-check-out; see pack_logs below); the summary table is printed last.
 #
 #   bash tools/ring_gpu_check.sh [--deadline 540] [--archs 90a] [--gpus 2] [--no-large]
 #                                [--seqs "131072 524288"] [--large "1048576"]
@@ -39,8 +39,27 @@ DRY=${RING_CHECK_DRY_RUN:-0} PYARGS=() BENCHARGS=()
 if [ "$DRY" = 1 ]; then
   PYARGS=(--cpu) BENCHARGS=(--cpu --heads 2 --dim 32) SEQS="512 1024" LARGE="2048"
 fi
-OUT_DIR="${OUT:-$PWD/ring-check-out}"
-mkdir -p "$OUT_DIR"
+# Logs go to a scratch folder, packed at exit into $OUT/ring_check_logs.tar.gz next to
+# summary.txt, ring_results.json, ring_torch.log and ring_cpp.log (the device tool returns at
+# most 8 files).
+FINAL_OUT="${OUT:-$PWD/ring-check-out}"
+mkdir -p "$FINAL_OUT"
+OUT_DIR="$(mktemp -d /tmp/ring-check.XXXXXX)"
+pack_logs() {
+  "$PY" - "$OUT_DIR" > "$OUT_DIR/ring_results.json" 2>/dev/null <<'PYEOF'
+import glob, json, os, sys
+rows = []
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "ring_*_*.json"))):
+    rows += json.load(open(f))
+print(json.dumps(rows, indent=1))
+PYEOF
+  for f in summary.txt ring_results.json ring_torch.log ring_cpp.log; do
+    [ -f "$OUT_DIR/$f" ] && cp -f "$OUT_DIR/$f" "$FINAL_OUT/"
+  done
+  tar -czf "$FINAL_OUT/ring_check_logs.tar.gz" -C "$OUT_DIR" . 2>/dev/null
+}
+PY=python3
+trap pack_logs EXIT
 START=$(date +%s)
 SUMMARY=()
 FAILED=0
@@ -52,8 +71,10 @@ have_time() {
   echo "$1: SKIPPED (deadline)"
   return 1
 }
+# limit CAP: the seconds a step may run: CAP, or less when the deadline is nearer (a hung step
+# cannot eat the rest of the run).
+limit() { local l=$(( $(left) - 10 )); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 5 ] && l=5; echo "$l"; }
 add() { SUMMARY+=("$(printf '%-28s %s' "$1" "$2")"); }
-PY=python3
 RUN=("$PY" -m torch.distributed.run --standalone --nproc-per-node "$GPUS")
 
 echo "== environment (NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST=$TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS=$NVSHMEM_DISABLE_NVLS)"
@@ -113,7 +134,7 @@ add "build" "ok ($(( $(date +%s) - t0 )) s; C++ ring check: ${RING_CHECK:-not bu
 # ---- (2) correctness
 echo "== (2a) ring_attention over NCCL vs single GPU (torchrun, $GPUS ranks)"
 if have_time "torch ring vs 1 GPU" 60; then
-  timeout $(( $(left) - 20 )) "${RUN[@]}" tests/distributed/ring_torch_check.py "${PYARGS[@]}" > "$OUT_DIR/ring_torch.log" 2>&1
+  timeout "$(limit 200)" "${RUN[@]}" tests/distributed/ring_torch_check.py "${PYARGS[@]}" > "$OUT_DIR/ring_torch.log" 2>&1
   rc=$?
   grep -E "^ring_torch" "$OUT_DIR/ring_torch.log"
   line=$(grep -E "^ring_torch: [0-9]+ passed" "$OUT_DIR/ring_torch.log" | tail -1)
@@ -125,7 +146,7 @@ if [ -z "$RING_CHECK" ]; then
   add "C++ ring vs 1 GPU" "FAIL: flashpp_ring_check was not built (NCCL not found? see build.log)"
   FAILED=1
 elif have_time "C++ ring vs 1 GPU" 40; then
-  CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((GPUS - 1))) timeout $(( $(left) - 20 )) "$RING_CHECK" > "$OUT_DIR/ring_cpp.log" 2>&1
+  CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((GPUS - 1))) timeout "$(limit 120)" "$RING_CHECK" > "$OUT_DIR/ring_cpp.log" 2>&1
   rc=$?
   cat "$OUT_DIR/ring_cpp.log" | tail -n 12
   line=$(grep -E "^ring_cpp: [0-9]+ passed" "$OUT_DIR/ring_cpp.log" | tail -1)
@@ -139,7 +160,8 @@ for N in $SEQS; do
   name="scaling N=$N"
   echo "== (3) $name (causal, B=1 H=32 D=128 bf16, fwd+bwd)"
   have_time "$name" "$need" || continue
-  timeout $(( $(left) - 10 )) "${RUN[@]}" tools/ring_bench.py "${BENCHARGS[@]}" --seqs "$N" --out "$OUT_DIR" \
+  cap=120; [ "$N" -ge 524288 ] && cap=300
+  timeout "$(limit "$cap")" "${RUN[@]}" tools/ring_bench.py "${BENCHARGS[@]}" --seqs "$N" --out "$OUT_DIR" \
     > "$OUT_DIR/ring_bench_$N.log" 2>&1
   rc=$?
   cp -f "$OUT_DIR/ring_bench.json" "$OUT_DIR/ring_bench_$N.json" 2>/dev/null
@@ -152,7 +174,7 @@ for N in $LARGE; do
   name="largest: N=$N"
   echo "== (4) $name on $GPUS GPUs (B=1 H=32 D=128 bf16, fwd+bwd)"
   have_time "$name" 90 || continue
-  timeout $(( $(left) - 5 )) "${RUN[@]}" tools/ring_bench.py "${BENCHARGS[@]}" --seqs --million "$N" --out "$OUT_DIR" \
+  timeout "$(limit 300)" "${RUN[@]}" tools/ring_bench.py "${BENCHARGS[@]}" --seqs --million "$N" --out "$OUT_DIR" \
     > "$OUT_DIR/ring_large_$N.log" 2>&1
   rc=$?
   cp -f "$OUT_DIR/ring_bench.json" "$OUT_DIR/ring_large_$N.json" 2>/dev/null
@@ -166,7 +188,7 @@ rm -f "$OUT_DIR/ring_bench.json"
 # ---- (5) last (CI runs the same schedule on numpy): the simulated ring on the GPU
 echo "== (5) simulated ring (W = 2, 3, 4, 8 in one process) on the GPU"
 if have_time "simulated ring W=2..8" 40; then
-  timeout $(( $(left) - 20 )) "$PY" -m pytest -q -p no:cacheprovider tests/python/test_ring_attention_torch.py \
+  timeout "$(limit 150)" "$PY" -m pytest -q -p no:cacheprovider tests/python/test_ring_attention_torch.py \
     -k "not gloo" > "$OUT_DIR/pytest_ring.log" 2>&1
   rc=$?
   tail -n 3 "$OUT_DIR/pytest_ring.log"
