@@ -3,6 +3,8 @@
 #   make test       build, then run the C++ test suites (CTest) and the Python tests
 #   make gpu-check  on a machine with an NVIDIA GPU: build, GPU tests, sanitizer, benchmark vs torch
 #                   (GPU_CHECK_ARGS="--quick --fwd-only" etc.: see tools/gpu_check.sh)
+#   make ring-gpu-check  on a machine with 2 GPUs: ring attention checks and scaling
+#                   (RING_CHECK_ARGS="--deadline 540": see tools/ring_gpu_check.sh)
 # Variables: BUILD (build dir, default build), JOBS (parallel jobs, default all cores),
 #            CUDA (AUTO|ON|OFF, default AUTO: the CUDA backend is built when nvcc is found).
 
@@ -11,7 +13,7 @@ JOBS ?= $(shell nproc)
 CUDA ?= AUTO
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build bench test test-cpp test-python gpu-check clean
+.PHONY: all deps configure build bench test test-cpp test-python gpu-check ring-gpu-check clean
 
 all: build
 
@@ -39,6 +41,9 @@ test: test-cpp test-python
 
 gpu-check:
 	@bash tools/gpu_check.sh $(GPU_CHECK_ARGS)
+
+ring-gpu-check:
+	@bash tools/ring_gpu_check.sh $(RING_CHECK_ARGS)
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log
