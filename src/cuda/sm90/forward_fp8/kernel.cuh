@@ -30,6 +30,7 @@
 
 #include "../forward/kernel.cuh"
 #include "fp8_fragments.cuh"
+#include "fp8_layout.hpp"
 
 namespace flashpp::cuda::sm90::fp8 {
 
@@ -146,12 +147,6 @@ __device__ __forceinline__ void load_tiles(const Sm90ForwardParams& params,
 // Producer warps 1-3: V -> Vt
 // ---------------------------------------------------------------------------------------------
 
-// Byte offset of (row, byte column) in a tile of 128-byte rows, 128-byte swizzled (the 16-byte
-// chunk index XORed with row % 8), as the copy engine writes and wgmma reads it.
-__device__ __forceinline__ int swizzled_offset(int row, int column) {
-  return row * 128 + ((((column >> 4) ^ row) & 7) << 4) + (column & 15);
-}
-
 // One warp-step of the transposition: lane l takes four keys of its 16-key group G = l / 4,
 // keys 16G + 2t + {0, 1, 8, 9} (t = l % 4: the renumbering of the P fragment), and one 16-byte
 // chunk c of head-dim columns, and writes them transposed to Vt rows 16c .. 16c + 15 at
@@ -170,24 +165,19 @@ __device__ __forceinline__ void transpose_step(const unsigned char* v, unsigned 
   // registers than the producer warps have (ptxas spilled).
   int lane;
   asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
-  const int t = lane & 3;
-  const int chunk = step ^ ((lane & 7) ^ (2 * t));
+  const int chunk = transpose_chunk(lane, step);
   const int d0 = panel * 128 + chunk * 16;  // first head-dim column of the chunk
   if (d0 >= Traits::kHeadDim) return;       // D = 64: the padded columns are never read
-  const int key0 = 16 * (lane >> 2) + 2 * t;
   // 32-bit shared-memory addresses: the producer warps have few registers to spare.
   const std::uint32_t panel_base =
       static_cast<std::uint32_t>(__cvta_generic_to_shared(v)) + panel * Traits::kKVPanelBytes;
   std::uint32_t rows[4];
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int key = key0 + (r & 1) + 8 * (r >> 1);
-    rows[r] = panel_base + swizzled_offset(key, chunk * 16);
-  }
+  for (int r = 0; r < 4; ++r) rows[r] = panel_base + swizzled_offset(transpose_key(lane, r), chunk * 16);
   const std::uint32_t out = static_cast<std::uint32_t>(__cvta_generic_to_shared(vt)) + d0 * 128;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int g = (i + (lane >> 3)) & 3;
+    const int g = transpose_group(lane, i);
     std::uint32_t w[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) w[r] = load_shared_u32(rows[r] + 4 * g);
