@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -104,6 +105,8 @@ TEST(Fp8CpuForward, NaiveFp8IsTheLooserBaseline) {
     const ForwardOutputs naive = naive_fp8_forward(c, d);
     const ForwardOutputs ours = run_fp8_forward_host(c, d, Backend::cpu);
     const double naive_error = relative_error(naive.o, ref.o);
+    std::printf("fp8 naive vs cpu: %s: O error naive %.3e, cpu %.3e\n", c.describe().c_str(),
+                naive_error, relative_error(ours.o, ref.o));
     EXPECT_GT(naive_error, 1e-3);
     EXPECT_LT(naive_error, 0.2);
     EXPECT_LE(relative_error(ours.o, ref.o), 2 * naive_error + 2e-3);
@@ -125,8 +128,38 @@ TEST(Fp8CpuForward, TensorCoreModelWithinLseBound) {
       const HostTensor model = emulated_tensor_core_lse(c, d);
       const HostTensor bounds = fp8_lse_bounds(c, d, ref.lse);
       const double ratio = lse_bound_ratio(model, ref.lse, bounds);
+      std::printf("fp8 tensor-core model: %s: max |lse error| %.3e, error / bound %.3f\n",
+                  c.describe().c_str(), lse_max_error(model, ref.lse), ratio);
       EXPECT_LE(ratio, 0.5) << "max |lse error| " << lse_max_error(model, ref.lse);
       EXPECT_GT(lse_max_error(model, ref.lse), 0.0);  // the model does lose bits
+    }
+  }
+}
+
+// The host model of the whole kernel (fp8_case.hpp) meets the GPU rules: O no worse than
+// 2 x naive + 2e-3 and lse within the bound, on normal and outlier inputs, causal and not.
+TEST(Fp8CpuForward, KernelModelMeetsTheGpuRules) {
+  for (Fp8Inputs inputs : {Fp8Inputs::normal, Fp8Inputs::outliers}) {
+    for (std::int64_t D : {64, 128, 256}) {
+      for (bool causal : {false, true}) {
+        Fp8Case c;
+        c.shape = {1, 64, 300, 2, 1, D};
+        c.inputs = inputs;
+        c.causal = causal;
+        c.alignment = Alignment::bottom_right;
+        c.seed = 900 + D + causal;
+        SCOPED_TRACE(c.describe());
+        const Fp8Data d = make_fp8_data(c);
+        const ForwardOutputs ref = fp8_oracle(c, d);
+        const ForwardOutputs naive = naive_fp8_forward(c, d);
+        const ForwardOutputs model = emulated_kernel_forward(c, d);
+        const double ours = relative_error(model.o, ref.o), base = relative_error(naive.o, ref.o);
+        const double ratio = lse_bound_ratio(model.lse, ref.lse, fp8_lse_bounds(c, d, ref.lse));
+        std::printf("fp8 kernel model: %s: O error model %.3e naive %.3e; lse error / bound %.3f\n",
+                    c.describe().c_str(), ours, base, ratio);
+        EXPECT_LE(ours, 2 * base + 2e-3);
+        EXPECT_LE(ratio, 1.0);
+      }
     }
   }
 }
