@@ -118,7 +118,7 @@ run_limited "$TESTS" --gtest_filter='Fp8GpuForward.*' >"$LOG/fp8_tests.log" 2>&1
 rc=$?
 passed=$(grep -cE '^\[       OK \] Fp8GpuForward' "$LOG/fp8_tests.log")
 failed=$(grep -cE '^\[  FAILED  \] Fp8GpuForward\.[A-Za-z]+ \(' "$LOG/fp8_tests.log")
-skipped=$(grep -cE '^\[  SKIPPED \] Fp8GpuForward' "$LOG/fp8_tests.log")
+skipped=$(grep -cE '^\[  SKIPPED \] Fp8GpuForward\.[A-Za-z]+ \(' "$LOG/fp8_tests.log")
 if [ "$rc" = 0 ] && [ "$passed" -gt 0 ] && [ "$skipped" = 0 ]; then
   S[tests]="PASSED $passed, FAILED 0 ($(( $(date +%s) - t0 )) s)"
 else
