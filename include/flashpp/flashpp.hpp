@@ -39,7 +39,10 @@ class Error : public std::runtime_error {
 // ---------------------------------------------------------------------------------------------
 // Storage dtypes. Accumulation is float32 everywhere. f64 is accepted only by the CPU reference
 // backend (Backend::cpu_reference), the float64 oracle the tests compare every kernel against.
-enum class DType : int { f32 = 0, f16 = 1, bf16 = 2, f64 = 3 };
+// e4m3 (float8_e4m3fn: 1 sign, 4 exponent, 3 mantissa bits, no infinities, max 448) is a forward
+// input dtype only: q, k and v in e4m3 with optional float32 descale factors (Options), o in f16
+// or bf16, lse float32. See docs/fp8.md.
+enum class DType : int { f32 = 0, f16 = 1, bf16 = 2, f64 = 3, e4m3 = 4 };
 enum class DeviceType : int { cpu = 0, cuda = 1 };
 
 struct Device {
@@ -130,6 +133,14 @@ struct Options {
   bool write_lse = true;
 
   Backend backend = Backend::automatic;
+
+  // FP8 forward (q, k, v of dtype e4m3) only: the true inputs are q * q_descale, k * k_descale,
+  // v * v_descale, one float32 factor per (batch, kv head): views [B, Hkv] of float32 on the
+  // tensors' device (any strides). An empty view means 1. Query head h uses the factor of its kv
+  // head h / (Hq / Hkv). Giving a descale with inputs that are not e4m3 is an error.
+  TensorView q_descale{};
+  TensorView k_descale{};
+  TensorView v_descale{};
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -152,6 +163,8 @@ std::size_t forward_workspace_size(const TensorView& q, const TensorView& k, con
 
 // o = softmax(q k^T * scale) v, and lse = log-sum-exp of each row of scaled scores.
 // Rows that see no key give o = 0 and lse = -inf.
+// FP8: q, k, v of dtype e4m3 (descales in options), o of dtype f16 or bf16; dropout and softcap
+// are not supported with e4m3 inputs, nor is a backward through an FP8 forward.
 void forward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
              const TensorView& lse, const Options& options = {}, void* stream = nullptr,
              const Workspace& workspace = {});

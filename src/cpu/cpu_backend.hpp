@@ -24,6 +24,10 @@ void reference_backward(const detail::BackwardArgs& args);
 void flash_forward(const detail::ForwardArgs& args);
 void flash_backward(const detail::BackwardArgs& args);
 
+// e4m3 inputs: q, k, v read into float32 copies times their descales, then the float32 path of
+// the reference (reference = true) or the tiled forward; o is written in its own dtype.
+void dequantised_forward(const detail::ForwardArgs& args, bool reference);
+
 // Bytes of scratch the tiled backward needs (D = rowsum(dO * O)); it allocates it itself when
 // the caller passes none.
 std::size_t backward_workspace_size(const detail::Problem& problem);

@@ -64,6 +64,11 @@ inline void convert_to_f32(const void* src, DType dtype, std::int64_t count, flo
       for (; i < count; ++i) dst[i] = static_cast<float>(s[i]) * scale;
       return;
     }
+    case DType::e4m3: {  // dequantised_forward.cpp reads e4m3 before the tiled path; kept total
+      const std::uint8_t* s = static_cast<const std::uint8_t*>(src);
+      for (; i < count; ++i) dst[i] = detail::e4m3_to_float(s[i]) * scale;
+      return;
+    }
   }
 }
 
@@ -114,6 +119,11 @@ inline void convert_from_f32(const float* src, std::int64_t count, DType dtype, 
     case DType::f64: {
       double* d = static_cast<double*>(dst);
       for (; i < count; ++i) d[i] = static_cast<double>(src[i] * scale);
+      return;
+    }
+    case DType::e4m3: {  // never an output dtype; kept total
+      std::uint8_t* d = static_cast<std::uint8_t*>(dst);
+      for (; i < count; ++i) d[i] = detail::float_to_e4m3(src[i] * scale);
       return;
     }
   }

@@ -125,8 +125,16 @@ __device__ __forceinline__ void fence_registers(std::uint32_t (&x)[kCount]) {
 template <int N, typename T>
 struct WgmmaShape;
 
+// m64nNk32 e4m3 x e4m3 with float32 accumulators (the FP8 forward). Both operands K-major (8-bit
+// wgmma has no transpose); the A operand from registers (rs) takes the 8-bit A-fragment layout:
+// per warp, register r of lane (g = lane/4, t = lane%4) holds row g + 8*(r%2), k = 16*(r/2) + 4t
+// .. + 3, one byte each, lowest k in the lowest byte.
+template <int N>
+struct WgmmaFp8Shape;
+
 #if FLASHPP_WGMMA_AVAILABLE
 #include "wgmma_shapes.inc"
+#include "wgmma_fp8_shapes.inc"
 #else
 // Host passes and other targets see declarations only; calling them there is a build error.
 template <int N, typename T>
@@ -134,6 +142,12 @@ struct WgmmaShape {
   template <int kTransA, int kTransB>
   __device__ static void ss(float (&d)[N / 2], std::uint64_t a, std::uint64_t b, int accumulate);
   template <int kTransB>
+  __device__ static void rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t b,
+                            int accumulate);
+};
+template <int N>
+struct WgmmaFp8Shape {
+  __device__ static void ss(float (&d)[N / 2], std::uint64_t a, std::uint64_t b, int accumulate);
   __device__ static void rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t b,
                             int accumulate);
 };
