@@ -16,6 +16,7 @@ const char* to_string(DType dtype) noexcept {
     case DType::f16: return "f16";
     case DType::bf16: return "bf16";
     case DType::f64: return "f64";
+    case DType::i32: return "i32";
   }
   return "unknown";
 }
@@ -30,6 +31,7 @@ std::size_t element_size(DType dtype) noexcept {
     case DType::f16: return 2;
     case DType::bf16: return 2;
     case DType::f64: return 8;
+    case DType::i32: return 4;
   }
   return 0;
 }

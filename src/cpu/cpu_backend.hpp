@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "../api/problem.hpp"
+#include "../api/inference_problem.hpp"
 
 namespace flashpp::cpu {
 
@@ -20,5 +20,9 @@ void flash_backward(const detail::BackwardArgs& args);
 // Bytes of scratch the tiled backward needs (D = rowsum(dO * O)); it allocates it itself when
 // the caller passes none.
 std::size_t backward_workspace_size(const detail::Problem& problem);
+
+// KV-cache decoding (src/cpu/kvcache.cpp): appends k_new/v_new, then runs the reference (when
+// `reference`) or the tiled forward per sequence over its cached keys. Needs host_seqlens.
+void forward_kvcache(const detail::KvCacheArgs& args, bool reference);
 
 }  // namespace flashpp::cpu

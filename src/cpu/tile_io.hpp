@@ -64,6 +64,7 @@ inline void convert_to_f32(const void* src, DType dtype, std::int64_t count, flo
       for (; i < count; ++i) dst[i] = static_cast<float>(s[i]) * scale;
       return;
     }
+    case DType::i32: return;  // an index dtype, never attention data (validation rejects it)
   }
 }
 
@@ -116,6 +117,7 @@ inline void convert_from_f32(const float* src, std::int64_t count, DType dtype, 
       for (; i < count; ++i) d[i] = static_cast<double>(src[i] * scale);
       return;
     }
+    case DType::i32: return;  // an index dtype, never attention data (validation rejects it)
   }
 }
 

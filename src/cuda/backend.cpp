@@ -103,6 +103,14 @@ void forward(const detail::ForwardArgs& args) {
   run_forward(args);
 }
 
+void copy_to_host(void* dst, const void* src, std::size_t bytes, int device, void* stream) {
+  DeviceGuard guard(device);
+  const auto s = static_cast<cudaStream_t>(stream);
+  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s),
+             "cudaMemcpyAsync (index tensor to the host)");
+  check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize (index tensor to the host)");
+}
+
 void backward(const detail::BackwardArgs& args) {
   DeviceGuard guard(args.problem.device.index);
   if (args.workspace.data != nullptr || backward_scratch_bytes(args.problem, args.deterministic) == 0) {
