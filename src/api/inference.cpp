@@ -93,15 +93,6 @@ TensorView rows_of(const TensorView& t, std::int64_t start, std::int64_t len) {
   return r;
 }
 
-// Batch element b of a 4-d [B, N, H, D] (or 3-d lse [B, H, N]) view, as a batch of one.
-TensorView batch_element(const TensorView& t, std::int64_t b) {
-  TensorView r = t;
-  r.data = static_cast<char*>(t.data) +
-           b * t.strides[0] * static_cast<std::int64_t>(element_size(t.dtype));
-  r.sizes[0] = 1;
-  return r;
-}
-
 // ---- KV cache ---------------------------------------------------------------------------------
 
 detail::KvCacheArgs validate_kvcache(const char* call, const TensorView& q, const KvCache& c,

@@ -8,6 +8,7 @@
 #include "backward.hpp"
 #include "common/check_cuda.hpp"
 #include "cuda_backend.hpp"
+#include "decode.hpp"
 #include "forward.hpp"
 
 namespace flashpp::cuda {
@@ -101,6 +102,29 @@ void forward(const detail::ForwardArgs& args) {
   if (!reason.empty()) throw Error(ErrorCode::unsupported, "flashpp::forward: " + reason);
   DeviceGuard guard(args.problem.device.index);
   run_forward(args);
+}
+
+std::string kvcache_unsupported_reason(const detail::KvCacheArgs& args) {
+  return decode_unsupported_reason(args);
+}
+
+std::size_t kvcache_workspace_size(const detail::KvCacheArgs& args) {
+  DeviceGuard guard(args.problem.device.index);
+  return decode_workspace_bytes(args);
+}
+
+void forward_kvcache(const detail::KvCacheArgs& args) {
+  DeviceGuard guard(args.problem.device.index);
+  const std::size_t bytes = decode_workspace_bytes(args);
+  if (bytes == 0 || args.workspace.data != nullptr) {
+    run_decode(args);
+    return;
+  }
+  StreamScratch scratch(bytes, static_cast<cudaStream_t>(args.stream));
+  detail::KvCacheArgs with_scratch = args;
+  with_scratch.workspace.data = scratch.data();
+  with_scratch.workspace.bytes = bytes;
+  run_decode(with_scratch);
 }
 
 void copy_to_host(void* dst, const void* src, std::size_t bytes, int device, void* stream) {
