@@ -10,12 +10,16 @@ and flash-attn's flash_attn_func, and an nn.Module.
 from . import _C
 from ._C import Options, cuda_available, cuda_compiled, dropout_keep_mask
 from .functional import attention, attention_backward
+from .inference import attention_kvcache, attention_varlen, attention_varlen_backward
 
 __version__ = _C.version()
 
 __all__ = [
     "attention",
     "attention_backward",
+    "attention_kvcache",
+    "attention_varlen",
+    "attention_varlen_backward",
     "cuda_available",
     "cuda_compiled",
     "dropout_keep_mask",
