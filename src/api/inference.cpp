@@ -1,6 +1,7 @@
 // Public entry points for inference and packed batches: forward_kvcache (KV-cache decoding,
 // contiguous or paged, with append) and forward_varlen / backward_varlen (packed sequences).
 // As everywhere in src/api: validate every argument (index contents included), then dispatch.
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -334,6 +335,27 @@ TensorView lse_rows(const TensorView& lse, std::int64_t start, std::int64_t len)
   return r;
 }
 
+// Runs every sequence: one after the other on the CPU; on CUDA as independent launches spread
+// over a few forked streams, longest first, so that the small launches of short sequences and
+// the tails of long ones overlap.
+template <class Run>
+void run_sequences(const VarlenPlan& plan, void* stream, Run& run) {
+  if (plan.backend != Backend::cuda) {
+    for (std::int64_t b = 0; b < plan.batch; ++b) run(b, stream);
+    return;
+  }
+  std::vector<std::int64_t> order(static_cast<std::size_t>(plan.batch));
+  for (std::int64_t b = 0; b < plan.batch; ++b) order[static_cast<std::size_t>(b)] = b;
+  auto work = [&](std::int64_t b) {
+    return (std::int64_t(plan.cu_q[b + 1]) - plan.cu_q[b]) *
+           (std::int64_t(plan.cu_k[b + 1]) - plan.cu_k[b]);
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int64_t x, std::int64_t y) { return work(x) > work(y); });
+  cuda::run_forked(plan.problem.device.index, stream, plan.batch,
+                   [&](std::int64_t i, void* s) { run(order[static_cast<std::size_t>(i)], s); });
+}
+
 void check_varlen_lse(const char* call, const TensorView& lse, const detail::Problem& p,
                       Backend backend) {
   check_tensor(call, "lse", lse, 2, "[Hq, total_q] float32");
@@ -408,24 +430,25 @@ void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& 
   const TensorView O = as_batch_of_one(o);
   detail::validate_like(call, "o", O, Q, plan.problem, detail::Role::output);
   if (options.write_lse) check_varlen_lse(call, lse, plan.problem, plan.backend);
-  for (std::int64_t b = 0; b < plan.batch; ++b) {
+  auto run_sequence = [&](std::int64_t b, void* on_stream) {
     detail::ForwardArgs a;
     a.problem = sequence_problem(plan, options, b);
-    if (a.problem.Nq == 0 || a.problem.Hq == 0) continue;
+    if (a.problem.Nq == 0 || a.problem.Hq == 0) return;
     a.q = rows_of(Q, plan.cu_q[b], a.problem.Nq);
     a.o = rows_of(O, plan.cu_q[b], a.problem.Nq);
     a.k = rows_of(K, plan.cu_k[b], a.problem.Nk);
     a.v = rows_of(V, plan.cu_k[b], a.problem.Nk);
     a.write_lse = options.write_lse;
     if (a.write_lse) a.lse = lse_rows(lse, plan.cu_q[b], a.problem.Nq);
-    a.stream = stream;
+    a.stream = on_stream;
     switch (plan.backend) {
       case Backend::cpu_reference: cpu::reference_forward(a); break;
       case Backend::cpu: cpu::flash_forward(a); break;
       case Backend::cuda: cuda::forward(a); break;
       default: throw Error(ErrorCode::internal, "flashpp::forward_varlen: unresolved backend");
     }
-  }
+  };
+  run_sequences(plan, stream, run_sequence);
 }
 
 void backward_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -451,10 +474,10 @@ void backward_varlen(const TensorView& q, const TensorView& k, const TensorView&
   detail::validate_like(call, "dk", dK, K, plan.problem, detail::Role::output);
   detail::validate_like(call, "dv", dV, V, plan.problem, detail::Role::output);
   check_varlen_lse(call, lse, plan.problem, plan.backend);
-  for (std::int64_t b = 0; b < plan.batch; ++b) {
+  auto run_sequence = [&](std::int64_t b, void* on_stream) {
     detail::BackwardArgs a;
     a.problem = sequence_problem(plan, options, b);
-    if (a.problem.Hq == 0 || (a.problem.Nq == 0 && a.problem.Nk == 0)) continue;
+    if (a.problem.Hq == 0 || (a.problem.Nq == 0 && a.problem.Nk == 0)) return;
     const std::int64_t q0 = plan.cu_q[b], k0 = plan.cu_k[b];
     a.q = rows_of(Q, q0, a.problem.Nq);
     a.o = rows_of(O, q0, a.problem.Nq);
@@ -466,14 +489,15 @@ void backward_varlen(const TensorView& q, const TensorView& k, const TensorView&
     a.dv = rows_of(dV, k0, a.problem.Nk);
     a.lse = lse_rows(lse, q0, a.problem.Nq);
     a.deterministic = options.deterministic;
-    a.stream = stream;
+    a.stream = on_stream;
     switch (plan.backend) {
       case Backend::cpu_reference: cpu::reference_backward(a); break;
       case Backend::cpu: cpu::flash_backward(a); break;
       case Backend::cuda: cuda::backward(a); break;
       default: throw Error(ErrorCode::internal, "flashpp::backward_varlen: unresolved backend");
     }
-  }
+  };
+  run_sequences(plan, stream, run_sequence);
 }
 
 }  // namespace flashpp

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "../api/inference_problem.hpp"
@@ -30,6 +32,13 @@ void backward(const detail::BackwardArgs& args);
 std::string kvcache_unsupported_reason(const detail::KvCacheArgs& args);
 std::size_t kvcache_workspace_size(const detail::KvCacheArgs& args);
 void forward_kvcache(const detail::KvCacheArgs& args);
+
+// Runs `count` independent pieces of work, piece i as run(i, stream_i), over a few streams forked
+// from `stream` (they start after the work already queued on it, and it waits for all of them
+// before anything queued after), so that the launches of small pieces overlap on the GPU. The
+// pieces are started in the given order, round robin over the streams.
+void run_forked(int device, void* stream, std::int64_t count,
+                const std::function<void(std::int64_t, void*)>& run);
 
 // Copies `bytes` from device memory on `device` to the host, ordered after the work already
 // queued on `stream`, and waits for it (index tensors that must be checked on the host).

@@ -30,6 +30,9 @@ std::size_t kvcache_workspace_size(const detail::KvCacheArgs&) { return 0; }
 void forward_kvcache(const detail::KvCacheArgs&) {
   throw Error(ErrorCode::unsupported, "flashpp was built without CUDA");
 }
+void run_forked(int, void*, std::int64_t, const std::function<void(std::int64_t, void*)>&) {
+  throw Error(ErrorCode::unsupported, "flashpp was built without CUDA");
+}
 void copy_to_host(void*, const void*, std::size_t, int, void*) {
   throw Error(ErrorCode::unsupported, "flashpp was built without CUDA");
 }
