@@ -190,7 +190,8 @@ void backward(const TensorView& q, const TensorView& k, const TensorView& v, con
 //
 // Index tensors are validated element by element (decreasing or out-of-range lengths, page ids
 // outside [0, num_pages)) when validate_indices is true: on CUDA that copies them to the host,
-// a synchronisation. With validate_indices = false nothing is copied; the CUDA kernels then
+// a synchronisation (the CPU backends always check: they read the lengths on the host anyway).
+// With validate_indices = false nothing is copied; the CUDA kernels then
 // clamp lengths to the capacity and treat a page id out of range as a page of masked keys, so a
 // bad index never reads or writes out of bounds (but the result is meaningless).
 struct KvCache {

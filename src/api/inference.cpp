@@ -151,7 +151,18 @@ detail::KvCacheArgs validate_kvcache(const char* call, const TensorView& q, cons
                   "0 (dropout is for training; forward_kvcache does not apply it)",
                   std::to_string(options.dropout_p));
   }
-  a.problem = detail::validate_inputs(call, q, k_like, v_like, options);
+  try {
+    a.problem = detail::validate_inputs(call, q, k_like, v_like, options);
+  } catch (const Error& e) {
+    // The common checks name k and v: here they are k_cache and v_cache.
+    std::string m = e.what();
+    for (const char* name : {"k", "v"}) {
+      const std::string from = std::string(": ") + name + ": ";
+      const auto at = m.find(from);
+      if (at != std::string::npos) m.replace(at, from.size(), std::string(": ") + name + "_cache: ");
+    }
+    throw Error(e.code(), m);
+  }
   a.problem.mask.shift = 0;  // per sequence: Nk_b - Nq (bottom-right)
   const std::int64_t sl_sizes[1] = {B};
   check_index_tensor(call, "cache_seqlens", c.cache_seqlens, 1, sl_sizes, "[B]", q.device);

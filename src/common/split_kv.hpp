@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "host_device.hpp"
+
 namespace flashpp::detail {
 
 struct SplitKvInput {
@@ -36,6 +38,53 @@ inline int choose_num_splits(const SplitKvInput& in) {
     if (modelled_time(s) <= best_time * 1.05) return static_cast<int>(s);
   }
   return static_cast<int>(cap);
+}
+
+// The key range [lo, hi] that the query rows [i_first, i_last] of one decode block may see, for a
+// sequence of nk keys aligned bottom-right to nq queries, with a window (left, right) when
+// `masked` (kNoLimit-sized values for an unbounded side). Empty when hi < lo.
+struct KeyRange {
+  std::int64_t lo = 0, hi = -1;
+};
+FLASHPP_HD KeyRange decode_key_range(std::int64_t nk, std::int64_t nq, std::int64_t i_first,
+                                     std::int64_t i_last, bool masked, std::int64_t left,
+                                     std::int64_t right) {
+  KeyRange r;
+  r.lo = 0;
+  r.hi = nk - 1;
+  if (masked) {
+    const std::int64_t shift = nk - nq;
+    const std::int64_t first = i_first + shift - left;
+    const std::int64_t last = i_last + shift + right;
+    r.lo = first > r.lo ? first : r.lo;
+    r.hi = last < r.hi ? last : r.hi;
+  }
+  return r;
+}
+
+// Tiles [begin, end) of split `split` out of `splits` over the tiles that cover `keys` (tiles of
+// `tile` keys): consecutive, equal shares (the last ones may be shorter or empty).
+struct TileSpan {
+  int begin = 0, end = 0;
+};
+FLASHPP_HD TileSpan split_tiles(KeyRange keys, int tile, int splits, int split) {
+  TileSpan t;
+  if (keys.hi < keys.lo) return t;
+  const int tile_lo = static_cast<int>(keys.lo / tile);
+  const int n_tiles = static_cast<int>(keys.hi / tile) - tile_lo + 1;
+  const int per_split = (n_tiles + splits - 1) / splits;
+  t.begin = tile_lo + split * per_split;
+  const int last = tile_lo + n_tiles, stop = t.begin + per_split;
+  t.end = stop < last ? stop : last;
+  if (t.end < t.begin) t.end = t.begin;
+  return t;
+}
+
+// How many tiles warp `warp` of `warps` takes from a span when the warps take turns
+// (tiles begin + warp, begin + warp + warps, ...).
+FLASHPP_HD int warp_tile_count(TileSpan span, int warp, int warps) {
+  const int n = span.end - span.begin - warp;
+  return n > 0 ? (n + warps - 1) / warps : 0;
 }
 
 }  // namespace flashpp::detail

@@ -223,6 +223,18 @@ TEST_F(KvValidation, NewRowsAndOptions) {
   expect_untouched();
 }
 
+TEST_F(KvValidation, HeadCountsNameTheCache) {
+  KvCaseSpec s;
+  s.B = 1;
+  s.Hq = 4;
+  s.Hkv = 3;
+  s.seqlens = {2};
+  KvCaseData d = make_kv_case(s);
+  HostTensor out = d.q.like(), l = HostTensor::lse(DType::f32, s.B, s.Hq, s.Nq);
+  expect_error([&] { flashpp::forward_kvcache(d.q.view(), d.host_cache(), out.view(), l.view()); },
+               ": k_cache: ");
+}
+
 TEST_F(KvValidation, ContiguousCacheBatchMustMatch) {
   KvCaseSpec s;
   s.B = 2;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 #include <vector>
 
 #include "common/lse_merge.hpp"
@@ -28,6 +29,55 @@ TEST(SplitKv, FillsTheGpuWithoutExtraWaves) {
   EXPECT_EQ(choose_num_splits(in), 5);
   in.key_tiles = 0;
   EXPECT_EQ(choose_num_splits(in), 1);
+}
+
+// The decode kernel's work split: over every split and warp, each tile that holds a key some row
+// of the block may see is taken exactly once, and no other tile is.
+TEST(SplitKv, SplitsAndWarpsCoverEveryVisibleKeyOnce) {
+  constexpr int kTile = 16, kWarps = 4;
+  const std::int64_t unbounded = std::int64_t(1) << 60;
+  for (std::int64_t nk : {0, 1, 15, 16, 17, 70, 133}) {
+    for (std::int64_t nq : {1, 3, 4}) {
+      for (int group : {1, 4, 6}) {
+        for (std::int64_t left : {unbounded, std::int64_t(0), std::int64_t(5), std::int64_t(40)}) {
+          for (std::int64_t right : {unbounded, std::int64_t(0), std::int64_t(2)}) {
+            const bool masked = left < unbounded || right < unbounded;
+            const int m_tiles = static_cast<int>((group * nq + 15) / 16);
+            for (int m_tile = 0; m_tile < m_tiles; ++m_tile) {
+              const std::int64_t i_first = (m_tile * 16) / group;
+              const std::int64_t i_last = std::min<std::int64_t>(nq - 1, (m_tile * 16 + 15) / group);
+              std::set<int> needed;
+              for (std::int64_t i = i_first; i <= i_last; ++i)
+                for (std::int64_t j = 0; j < nk; ++j) {
+                  const std::int64_t d = j - (i + nk - nq);
+                  if (d >= -left && d <= right) needed.insert(static_cast<int>(j / kTile));
+                }
+              const KeyRange keys = decode_key_range(nk, nq, i_first, i_last, masked, left, right);
+              for (int splits : {1, 2, 3, 7}) {
+                std::multiset<int> taken;
+                for (int split = 0; split < splits; ++split) {
+                  const TileSpan span = split_tiles(keys, kTile, splits, split);
+                  for (int w = 0; w < kWarps; ++w)
+                    for (int k = 0; k < warp_tile_count(span, w, kWarps); ++k)
+                      taken.insert(span.begin + w + k * kWarps);
+                }
+                for (int t : taken) {
+                  EXPECT_EQ(taken.count(t), 1u) << "tile " << t << " taken twice; nk=" << nk;
+                  EXPECT_LE(t * kTile, nk - 1) << "tile past the keys; nk=" << nk;
+                }
+                for (int t : needed) {
+                  EXPECT_EQ(taken.count(t), 1u)
+                      << "tile " << t << " not taken: nk=" << nk << " nq=" << nq
+                      << " group=" << group << " left=" << left << " right=" << right
+                      << " splits=" << splits;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(LseMerge, MatchesTheSoftmaxOfTheUnion) {

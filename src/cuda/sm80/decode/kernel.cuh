@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "../../../common/lse_merge.hpp"
+#include "../../../common/split_kv.hpp"
 #include "../../common/cp_async.cuh"
 #include "../../common/ldmatrix.cuh"
 #include "../../common/math.cuh"
@@ -81,22 +82,15 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
   const int nk = cached + p.Nnew;
   const std::int64_t shift = static_cast<std::int64_t>(nk) - p.Nq;  // bottom-right
 
-  // The keys any row of this M tile may see, in whole tiles, cut into p.splits ranges.
+  // The keys any row of this M tile may see, in whole tiles, cut into p.splits spans; the warps
+  // take the tiles of this block's span in turn.
   const int i_first = (m_tile * 16) / p.group;
   const int i_last = min(p.Nq - 1, (m_tile * 16 + 15) / p.group);
-  std::int64_t lo = 0, hi = nk - 1;
-  if (p.masked) {
-    const std::int64_t first = i_first + shift - p.window_left;
-    const std::int64_t last = i_last + shift + p.window_right;
-    lo = first > lo ? first : lo;
-    hi = last < hi ? last : hi;
-  }
-  const int tile_lo = static_cast<int>(lo / kTileKeys);
-  const int n_tiles = hi < lo ? 0 : static_cast<int>(hi / kTileKeys) - tile_lo + 1;
-  const int per_split = (n_tiles + p.splits - 1) / p.splits;
-  const int t_begin = tile_lo + split * per_split;
-  const int t_end = min(tile_lo + n_tiles, t_begin + per_split);
-  const int my_tiles = t_begin + warp < t_end ? (t_end - t_begin - warp + kWarps - 1) / kWarps : 0;
+  const detail::KeyRange keys = detail::decode_key_range(nk, p.Nq, i_first, i_last, p.masked,
+                                                         p.window_left, p.window_right);
+  const detail::TileSpan span = detail::split_tiles(keys, kTileKeys, p.splits, split);
+  const int t_begin = span.begin;
+  const int my_tiles = detail::warp_tile_count(span, warp, kWarps);
 
   // Q fragments of rows g and g + 8 of the M tile (zero beyond the last row).
   std::uint32_t qa[D / 16][4];
