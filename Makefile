@@ -3,6 +3,8 @@
 #   make test       build, then run the C++ test suites (CTest) and the Python tests
 #   make gpu-check  on a machine with an NVIDIA GPU: build, GPU tests, sanitizer, benchmark vs torch
 #                   (GPU_CHECK_ARGS="--quick --fwd-only" etc.: see tools/gpu_check.sh)
+#   make ring-gpu-check  on a machine with 2 GPUs: ring attention checks and scaling
+#                   (RING_CHECK_ARGS="--deadline 540": see tools/ring_gpu_check.sh)
 #   make decode-check  on a GPU machine: KV-cache decoding / varlen tests, sanitizer and benchmarks
 #                   (DECODE_CHECK_ARGS="--quick --deadline 300": see tools/decode_gpu_check.sh)
 # Variables: BUILD (build dir, default build), JOBS (parallel jobs, default all cores),
@@ -13,7 +15,7 @@ JOBS ?= $(shell nproc)
 CUDA ?= AUTO
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build bench test test-cpp test-python gpu-check decode-check clean
+.PHONY: all deps configure build bench test test-cpp test-python gpu-check ring-gpu-check decode-check clean
 
 all: build
 
@@ -41,6 +43,9 @@ test: test-cpp test-python
 
 gpu-check:
 	@bash tools/gpu_check.sh $(GPU_CHECK_ARGS)
+
+ring-gpu-check:
+	@bash tools/ring_gpu_check.sh $(RING_CHECK_ARGS)
 
 decode-check:
 	@bash tools/decode_gpu_check.sh $(DECODE_CHECK_ARGS)

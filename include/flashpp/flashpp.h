@@ -42,13 +42,16 @@ typedef enum flashpp_status {
 /* ------------------------------------------------------------------------------------------- */
 /* Tensor views                                                                                */
 /* ------------------------------------------------------------------------------------------- */
-/* Storage dtypes. F64 is accepted only by FLASHPP_BACKEND_CPU_REFERENCE (the float64 oracle). */
+/* Storage dtypes. F64 is accepted only by FLASHPP_BACKEND_CPU_REFERENCE (the float64 oracle).
+ * E4M3 (float8_e4m3fn) is a forward-only input dtype for q, k, v (o then F16 or BF16; descale
+ * factors in flashpp_options). */
 typedef enum flashpp_dtype {
   FLASHPP_F32 = 0,
   FLASHPP_F16 = 1,
   FLASHPP_BF16 = 2,
   FLASHPP_F64 = 3,
-  FLASHPP_I32 = 4 /* index tensors only: cu_seqlens, cache_seqlens, block_table */
+  FLASHPP_E4M3 = 4,
+  FLASHPP_I32 = 5 /* index tensors only: cu_seqlens, cache_seqlens, block_table */
 } flashpp_dtype;
 
 typedef enum flashpp_device_type { FLASHPP_CPU = 0, FLASHPP_CUDA = 1 } flashpp_device_type;
@@ -113,6 +116,11 @@ typedef struct flashpp_options {
   int32_t deterministic; /* backward: bit-identical run to run */
   int32_t write_lse;     /* forward: when 0, lse may be NULL */
   flashpp_backend backend;
+  /* FP8 forward (q, k, v of dtype FLASHPP_E4M3) only: float32 [B, Hkv] descale factors of q,
+   * k and v (the true inputs are q * q_descale, ...); NULL means 1. */
+  const flashpp_tensor* q_descale;
+  const flashpp_tensor* k_descale;
+  const flashpp_tensor* v_descale;
 } flashpp_options;
 
 FLASHPP_C_API flashpp_options flashpp_options_default(void);
@@ -222,6 +230,11 @@ FLASHPP_C_API int flashpp_cuda_available(void);
 /* Which CUDA kernel families flashpp runs on `device` now, in words (see flashpp.hpp's
  * cuda_kernel_families). The pointer stays valid until the next call on this thread. */
 FLASHPP_C_API const char* flashpp_cuda_kernel_families(int device);
+
+/* Which CPU kernel FLASHPP_BACKEND_CPU runs now for `dtype` (forward, or backward when
+ * backward != 0), in words (see flashpp.hpp's cpu_kernel). The pointer stays valid until the
+ * next call on this thread. */
+FLASHPP_C_API const char* flashpp_cpu_kernel(flashpp_dtype dtype, int backward);
 
 /* "0.1.0" */
 FLASHPP_C_API const char* flashpp_version(void);

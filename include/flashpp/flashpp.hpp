@@ -39,9 +39,12 @@ class Error : public std::runtime_error {
 // ---------------------------------------------------------------------------------------------
 // Storage dtypes. Accumulation is float32 everywhere. f64 is accepted only by the CPU reference
 // backend (Backend::cpu_reference), the float64 oracle the tests compare every kernel against.
+// e4m3 (float8_e4m3fn: 1 sign, 4 exponent, 3 mantissa bits, no infinities, max 448) is a forward
+// input dtype only: q, k and v in e4m3 with optional float32 descale factors (Options), o in f16
+// or bf16, lse float32. See docs/fp8.md.
 // i32 is for index tensors only (cu_seqlens, cache_seqlens, block_table), never for attention
 // data.
-enum class DType : int { f32 = 0, f16 = 1, bf16 = 2, f64 = 3, i32 = 4 };
+enum class DType : int { f32 = 0, f16 = 1, bf16 = 2, f64 = 3, e4m3 = 4, i32 = 5 };
 enum class DeviceType : int { cpu = 0, cuda = 1 };
 
 struct Device {
@@ -132,6 +135,14 @@ struct Options {
   bool write_lse = true;
 
   Backend backend = Backend::automatic;
+
+  // FP8 forward (q, k, v of dtype e4m3) only: the true inputs are q * q_descale, k * k_descale,
+  // v * v_descale, one float32 factor per (batch, kv head): views [B, Hkv] of float32 on the
+  // tensors' device (any strides). An empty view means 1. Query head h uses the factor of its kv
+  // head h / (Hq / Hkv). Giving a descale with inputs that are not e4m3 is an error.
+  TensorView q_descale{};
+  TensorView k_descale{};
+  TensorView v_descale{};
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -154,6 +165,8 @@ std::size_t forward_workspace_size(const TensorView& q, const TensorView& k, con
 
 // o = softmax(q k^T * scale) v, and lse = log-sum-exp of each row of scaled scores.
 // Rows that see no key give o = 0 and lse = -inf.
+// FP8: q, k, v of dtype e4m3 (descales in options), o of dtype f16 or bf16; dropout and softcap
+// are not supported with e4m3 inputs, nor is a backward through an FP8 forward.
 void forward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
              const TensorView& lse, const Options& options = {}, void* stream = nullptr,
              const Workspace& workspace = {});
@@ -244,6 +257,13 @@ bool cuda_available() noexcept;
 // with the reason whenever a slower family stands in (older GPU, a build without sm_90a, an
 // environment override). Benchmarks print it so that no slow path goes unnoticed.
 std::string cuda_kernel_families(int device = 0);
+
+// Which CPU kernel Backend::cpu runs now for `dtype` (forward, or backward when `backward`), and
+// the CPU features it was chosen from, e.g. "amx bf16 (tdpbf16ps tiles); cpu: avx2 fma ...".
+// The kernel is the best the CPU supports, or the level the environment variable
+// FLASHPP_CPU_ISA names (generic, avx2, avx512, avx512bf16, amx; a level the CPU lacks makes
+// Backend::cpu calls throw Error(unsupported)). Benchmarks print it.
+std::string cpu_kernel(DType dtype, bool backward = false);
 
 // "0.1.0"
 const char* version() noexcept;

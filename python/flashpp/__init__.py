@@ -9,6 +9,7 @@ and flash-attn's flash_attn_func, and an nn.Module.
 """
 from . import _C
 from ._C import Options, cuda_available, cuda_compiled, dropout_keep_mask
+from ._fp8 import quantize_fp8
 from .functional import attention, attention_backward
 from .inference import attention_kvcache, attention_varlen, attention_varlen_backward
 
@@ -24,5 +25,6 @@ __all__ = [
     "cuda_compiled",
     "dropout_keep_mask",
     "Options",
+    "quantize_fp8",
     "__version__",
 ]

@@ -5,7 +5,7 @@ torch.compile and CUDA graphs work); numpy arrays go straight to the C++ library
 """
 from __future__ import annotations
 
-from . import _numpy, _rng
+from . import _fp8, _numpy, _rng
 from ._options import check_layout, make_config
 
 
@@ -32,6 +32,10 @@ def attention(
     return_rng_state: bool = False,
     layout: str = "bnhd",
     backend: str = "auto",
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    out_dtype=None,
 ):
     """Exact attention softmax(q kᵀ · scale) v, computed the FlashAttention way.
 
@@ -54,6 +58,10 @@ def attention(
         scaled scores (-inf for a row that sees no key); not differentiable.
     backend: "auto" (the tensors' device), "cpu", "cuda", or "cpu_reference" (the float64
         oracle, which also takes float64 inputs).
+    FP8: q, k, v in float8_e4m3fn (torch.float8_e4m3fn; ml_dtypes.float8_e4m3fn on the CPU),
+        forward only (no autograd, dropout or softcap). q_descale, k_descale, v_descale: float32
+        [B, Hkv] (None = 1), the inputs being q * q_descale etc.; out_dtype: bfloat16 (default)
+        or float16. flashpp.quantize_fp8 makes (tensor, descale) pairs. See docs/fp8.md.
 
     Returns o (the layout of q), then lse if return_lse, then (seed, offset) if
     return_rng_state.
@@ -69,6 +77,17 @@ def attention(
         deterministic=deterministic,
         backend=backend,
     )
+    if _fp8.is_fp8(q):
+        if return_rng_state:
+            raise ValueError("flashpp: return_rng_state: the FP8 forward has no dropout")
+        o, lse = _fp8.forward(q, k, v, cfg, layout, q_descale, k_descale, v_descale, out_dtype,
+                              return_lse)
+        return (o, lse) if return_lse else o
+    if any(x is not None for x in (q_descale, k_descale, v_descale, out_dtype)):
+        raise TypeError(
+            "flashpp: q_descale, k_descale, v_descale and out_dtype apply to float8_e4m3fn "
+            f"inputs only; q has dtype {getattr(q, 'dtype', type(q).__name__)}"
+        )
     if _is_torch_tensor(q):
         from .torch import functional as torch_functional
 

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "../cpu/cpu_backend.hpp"
+#include "../cpu/cpu_features.hpp"
 #include "../cuda/cuda_backend.hpp"
 #include "flashpp/flashpp.hpp"
 #include "validate.hpp"
@@ -16,6 +17,7 @@ const char* to_string(DType dtype) noexcept {
     case DType::f16: return "f16";
     case DType::bf16: return "bf16";
     case DType::f64: return "f64";
+    case DType::e4m3: return "e4m3";
     case DType::i32: return "i32";
   }
   return "unknown";
@@ -31,6 +33,7 @@ std::size_t element_size(DType dtype) noexcept {
     case DType::f16: return 2;
     case DType::bf16: return 2;
     case DType::f64: return 8;
+    case DType::e4m3: return 1;
     case DType::i32: return 4;
   }
   return 0;
@@ -86,6 +89,10 @@ TensorView make_lse(float* data, std::int64_t B, std::int64_t H, std::int64_t N,
 bool cuda_compiled() noexcept { return flashpp::cuda::compiled(); }
 bool cuda_available() noexcept { return flashpp::cuda::available(); }
 std::string cuda_kernel_families(int device) { return flashpp::cuda::kernel_families(device); }
+
+std::string cpu_kernel(DType dtype, bool backward) {
+  return flashpp::cpu::kernel_name(dtype, backward) + "; cpu: " + flashpp::cpu::cpu_feature_summary();
+}
 const char* version() noexcept { return "0.1.0"; }
 
 namespace {
@@ -128,7 +135,11 @@ void forward(const TensorView& q, const TensorView& k, const TensorView& v, cons
   detail::ForwardArgs a;
   a.problem = detail::validate_inputs(call, q, k, v, options);
   const Backend backend = detail::choose_backend(call, a.problem, options, Direction::forward);
-  detail::validate_like(call, "o", o, q, a.problem, detail::Role::output);
+  if (a.problem.dtype == DType::e4m3) {
+    detail::validate_fp8_output(call, o, q, a.problem);
+  } else {
+    detail::validate_like(call, "o", o, q, a.problem, detail::Role::output);
+  }
   a.write_lse = options.write_lse;
   if (a.write_lse) {
     detail::validate_lse(call, lse, a.problem, backend);
@@ -140,8 +151,16 @@ void forward(const TensorView& q, const TensorView& k, const TensorView& v, cons
   a.k = k;
   a.v = v;
   a.o = o;
+  a.q_descale = options.q_descale;
+  a.k_descale = options.k_descale;
+  a.v_descale = options.v_descale;
   a.stream = stream;
   a.workspace = workspace;
+  if (a.problem.dtype == DType::e4m3 && backend != Backend::cuda) {
+    // The CPU backends read e4m3 into float32 (times the descales) and run their float32 path.
+    flashpp::cpu::dequantised_forward(a, backend == Backend::cpu_reference);
+    return;
+  }
   switch (backend) {
     case Backend::cpu_reference: flashpp::cpu::reference_forward(a); break;
     case Backend::cpu: flashpp::cpu::flash_forward(a); break;

@@ -81,7 +81,7 @@ flashpp::TensorView to_view(const char* call, const char* name, const flashpp_te
   require_non_null(call, name, t);
   const int dtype = raw_enum_value(t->dtype);
   if (dtype < FLASHPP_F32 || dtype > FLASHPP_I32) {
-    invalid(call, std::string(name) + ": expected dtype FLASHPP_F32, F16, BF16, F64 or I32, got " +
+    invalid(call, std::string(name) + ": expected dtype FLASHPP_F32, F16, BF16, F64, E4M3 or I32, got " +
                       std::to_string(dtype));
   }
   const int device = raw_enum_value(t->device_type);
@@ -136,6 +136,9 @@ flashpp::Options to_options(const char* call, const flashpp_options* o) {
   r.deterministic = o->deterministic != 0;
   r.write_lse = o->write_lse != 0;
   r.backend = static_cast<flashpp::Backend>(backend);
+  r.q_descale = to_optional_view(call, "options.q_descale", o->q_descale);
+  r.k_descale = to_optional_view(call, "options.k_descale", o->k_descale);
+  r.v_descale = to_optional_view(call, "options.v_descale", o->v_descale);
   return r;
 }
 
@@ -196,6 +199,7 @@ flashpp_options flashpp_options_default(void) {
   o.deterministic = d.deterministic ? 1 : 0;
   o.write_lse = d.write_lse ? 1 : 0;
   o.backend = static_cast<flashpp_backend>(d.backend);
+  o.q_descale = o.k_descale = o.v_descale = nullptr;
   return o;
 }
 
@@ -386,6 +390,15 @@ const char* flashpp_cuda_kernel_families(int device) {
   static thread_local std::string text;
   try {
     text = flashpp::cuda_kernel_families(device);
+  } catch (const std::exception& e) {
+    text = std::string("unknown: ") + e.what();
+  }
+  return text.c_str();
+}
+const char* flashpp_cpu_kernel(flashpp_dtype dtype, int backward) {
+  static thread_local std::string text;
+  try {
+    text = flashpp::cpu_kernel(static_cast<flashpp::DType>(dtype), backward != 0);
   } catch (const std::exception& e) {
     text = std::string("unknown: ") + e.what();
   }

@@ -163,6 +163,10 @@ detail::KvCacheArgs validate_kvcache(const char* call, const TensorView& q, cons
     }
     throw Error(e.code(), m);
   }
+  if (a.problem.dtype == DType::e4m3) {
+    fail_argument(ErrorCode::unsupported, call, "q",
+                  "dtype f16, bf16 or f32 (e4m3 inputs are for flashpp::forward only)", "e4m3");
+  }
   a.problem.mask.shift = 0;  // per sequence: Nk_b - Nq (bottom-right)
   const std::int64_t sl_sizes[1] = {B};
   check_index_tensor(call, "cache_seqlens", c.cache_seqlens, 1, sl_sizes, "[B]", q.device);
@@ -260,6 +264,10 @@ VarlenPlan validate_varlen(const char* call, const TensorView& q, const TensorVi
   VarlenPlan plan;
   plan.problem = detail::validate_inputs(call, as_batch_of_one(q), as_batch_of_one(k),
                                          as_batch_of_one(v), options);
+  if (plan.problem.dtype == DType::e4m3) {
+    fail_argument(ErrorCode::unsupported, call, "q",
+                  "dtype f16, bf16 or f32 (e4m3 inputs are for flashpp::forward only)", "e4m3");
+  }
   const std::int64_t nb = batch.cu_seqlens_q.rank == 1 ? batch.cu_seqlens_q.sizes[0] : 0;
   if (nb < 1) {
     fail_argument(ErrorCode::invalid_argument, call, "batch.cu_seqlens_q",

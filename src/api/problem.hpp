@@ -13,7 +13,8 @@ namespace flashpp::detail {
 
 struct Problem {
   std::int64_t B = 0, Nq = 0, Nk = 0, Hq = 0, Hkv = 0, D = 0;
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;      // of q, k, v
+  DType out_dtype = DType::f32;  // of o: dtype, except f16/bf16 for e4m3 inputs
   Device device{};
   float scale = 1.0f;    // resolved softmax scale
   float softcap = 0.0f;  // 0 = off
@@ -26,6 +27,8 @@ struct Problem {
 struct ForwardArgs {
   Problem problem;
   TensorView q, k, v, o, lse;  // lse.data == nullptr when write_lse is false
+  // e4m3 inputs only: float32 [B, Hkv] descale factors; data == nullptr means 1.
+  TensorView q_descale, k_descale, v_descale;
   bool write_lse = true;
   void* stream = nullptr;
   Workspace workspace{};

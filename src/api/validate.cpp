@@ -106,7 +106,31 @@ void check_output_strides(const char* call, const char* name, const TensorView& 
 }
 
 bool valid_dtype(DType d) {
-  return d == DType::f32 || d == DType::f16 || d == DType::bf16 || d == DType::f64;
+  return d == DType::f32 || d == DType::f16 || d == DType::bf16 || d == DType::f64 ||
+         d == DType::e4m3;
+}
+
+// A descale view of options: empty (factor 1), or float32 [B, Hkv] on the tensors' device.
+void check_descale(const char* call, const char* name, const TensorView& t, const Problem& p) {
+  if (t.empty()) return;
+  if (p.dtype != DType::e4m3) {
+    fail(ErrorCode::invalid_argument, call, name,
+         "an empty view (descale factors apply to e4m3 inputs only)",
+         std::string("a descale with inputs of dtype ") + to_string(p.dtype));
+  }
+  check_view(call, name, t, 2, "[B, Hkv] float32");
+  if (t.sizes[0] != p.B || t.sizes[1] != p.Hkv) {
+    fail(ErrorCode::invalid_argument, call, name,
+         "shape [" + std::to_string(p.B) + ", " + std::to_string(p.Hkv) + "] (batch, kv heads)",
+         shape_string(t));
+  }
+  if (t.dtype != DType::f32) {
+    fail(ErrorCode::invalid_argument, call, name, "dtype f32", to_string(t.dtype));
+  }
+  if (!(t.device == p.device)) {
+    fail(ErrorCode::invalid_argument, call, name,
+         "device " + device_string(p.device) + " (the device of q)", device_string(t.device));
+  }
 }
 
 }  // namespace
@@ -117,7 +141,7 @@ Problem validate_inputs(const char* call, const TensorView& q, const TensorView&
   check_view(call, "k", k, 4, "[B, Nk, Hkv, D]");
   check_view(call, "v", v, 4, "[B, Nk, Hkv, D]");
   if (!valid_dtype(q.dtype)) {
-    fail(ErrorCode::invalid_argument, call, "q", "dtype f32, f16 or bf16",
+    fail(ErrorCode::invalid_argument, call, "q", "dtype f32, f16, bf16 or e4m3",
          "dtype code " + std::to_string(static_cast<int>(q.dtype)));
   }
   for (const auto* pair : {&k, &v}) {
@@ -141,6 +165,7 @@ Problem validate_inputs(const char* call, const TensorView& q, const TensorView&
   p.Nk = k.sizes[1];
   p.Hkv = k.sizes[2];
   p.dtype = q.dtype;
+  p.out_dtype = q.dtype;
   p.device = q.device;
   if (k.sizes[0] != p.B) {
     fail(ErrorCode::invalid_argument, call, "k", "batch " + std::to_string(p.B) + " (q's)",
@@ -216,7 +241,35 @@ Problem validate_inputs(const char* call, const TensorView& q, const TensorView&
   p.mask.left = limit(options.window_left);
   p.mask.right = limit(options.window_right);
   if (options.causal) p.mask.right = 0;
+
+  // FP8 (e4m3) inputs: descales, and what the FP8 forward leaves out.
+  check_descale(call, "options.q_descale", options.q_descale, p);
+  check_descale(call, "options.k_descale", options.k_descale, p);
+  check_descale(call, "options.v_descale", options.v_descale, p);
+  if (p.dtype == DType::e4m3) {
+    if (options.dropout_p > 0.0f) {
+      fail(ErrorCode::unsupported, call, "options.dropout_p",
+           "0 with e4m3 inputs (the FP8 forward has no dropout)", std::to_string(options.dropout_p));
+    }
+    if (options.softcap > 0.0f) {
+      fail(ErrorCode::unsupported, call, "options.softcap",
+           "0 with e4m3 inputs (the FP8 forward has no soft-capping)",
+           std::to_string(options.softcap));
+    }
+  }
   return p;
+}
+
+void validate_fp8_output(const char* call, const TensorView& o, const TensorView& q,
+                         Problem& problem) {
+  if (o.dtype != DType::f16 && o.dtype != DType::bf16) {
+    fail(ErrorCode::invalid_argument, call, "o", "dtype f16 or bf16 (the output of e4m3 inputs)",
+         to_string(o.dtype));
+  }
+  problem.out_dtype = o.dtype;
+  Problem like = problem;
+  like.dtype = o.dtype;
+  validate_like(call, "o", o, q, like, Role::output);
 }
 
 void validate_like(const char* call, const char* name, const TensorView& t,
@@ -268,6 +321,12 @@ Backend choose_backend(const char* call, const Problem& problem, const Options& 
   Backend b = options.backend;
   if (b == Backend::automatic) {
     b = problem.device.type == DeviceType::cuda ? Backend::cuda : Backend::cpu;
+  }
+  if (direction == Direction::backward && problem.dtype == DType::e4m3) {
+    fail(ErrorCode::unsupported, call, "q",
+         "dtype f32, f16 or bf16 (a backward through an FP8 forward is not supported: "
+         "e4m3 is a forward-only dtype)",
+         "e4m3");
   }
   switch (b) {
     case Backend::cpu:

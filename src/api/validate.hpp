@@ -20,6 +20,10 @@ enum class Role { input, output };
 void validate_like(const char* call, const char* name, const TensorView& t,
                    const TensorView& like, const Problem& problem, Role role);
 
+// Checks o for e4m3 inputs (dtype f16 or bf16, shape of q) and records its dtype in the problem.
+void validate_fp8_output(const char* call, const TensorView& o, const TensorView& q,
+                         Problem& problem);
+
 // Checks the lse view: float32 (or float64 for the reference backend) [B, Hq, Nq].
 void validate_lse(const char* call, const TensorView& lse, const Problem& problem,
                   Backend backend);

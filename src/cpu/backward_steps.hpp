@@ -11,7 +11,7 @@
 #include "tile_scratch.hpp"
 #include "tile_softmax.hpp"
 
-namespace flashpp::cpu {
+namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE {
 
 // ---- step 0: D = rowsum(dO * O) ------------------------------------------------------------------
 
@@ -103,4 +103,4 @@ inline void probabilities_and_score_gradient(const detail::Problem& p, PairTiles
 // The single-pass schedule (backward_per_kv_head.cpp): one task per (batch, kv head).
 void backward_per_kv_head(const detail::BackwardArgs& args, const float* d_rows);
 
-}  // namespace flashpp::cpu
+}  // namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE

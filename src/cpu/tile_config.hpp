@@ -5,7 +5,7 @@
 
 #include <omp.h>
 
-namespace flashpp::cpu {
+namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE {
 
 // Forward and the dQ pass of the backward: a query tile of kQueryTile rows walks key tiles of
 // kKeyTile rows. kQueryTile is the lane dimension of the key-major score tile (a multiple of 16);
@@ -37,4 +37,4 @@ inline std::int64_t choose_tile(std::int64_t max_tile, std::int64_t heads, std::
 
 static_assert(kQueryTile % 64 == 0 && kBwdKeyTile % 64 == 0, "lane dimensions: whole vectors");
 
-}  // namespace flashpp::cpu
+}  // namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE

@@ -8,7 +8,7 @@
 
 #include "../common/philox.hpp"
 
-namespace flashpp::cpu {
+namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE {
 
 // Calls visit(r, c, factor) for every element of the tile queries i0 .. i0+q_rows-1 x keys
 // j0 .. j0+kv_rows-1 of head bh (each exactly once, in no particular order).
@@ -61,4 +61,4 @@ inline void dropout_factors_query_major(float* z, std::int64_t ld, std::int64_t 
                           [&](std::int64_t r, std::int64_t c, float f) { z[r * ld + c] = f; });
 }
 
-}  // namespace flashpp::cpu
+}  // namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE

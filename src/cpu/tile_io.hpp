@@ -18,7 +18,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-namespace flashpp::cpu {
+namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE {
 
 // count elements of dtype `dtype` at src -> float32 at dst, times `scale`.
 inline void convert_to_f32(const void* src, DType dtype, std::int64_t count, float* dst,
@@ -62,6 +62,11 @@ inline void convert_to_f32(const void* src, DType dtype, std::int64_t count, flo
     case DType::f64: {  // not a storage dtype of this backend; kept total for safety
       const double* s = static_cast<const double*>(src);
       for (; i < count; ++i) dst[i] = static_cast<float>(s[i]) * scale;
+      return;
+    }
+    case DType::e4m3: {  // dequantised_forward.cpp reads e4m3 before the tiled path; kept total
+      const std::uint8_t* s = static_cast<const std::uint8_t*>(src);
+      for (; i < count; ++i) dst[i] = detail::e4m3_to_float(s[i]) * scale;
       return;
     }
     case DType::i32: return;  // an index dtype, never attention data (validation rejects it)
@@ -117,6 +122,11 @@ inline void convert_from_f32(const float* src, std::int64_t count, DType dtype, 
       for (; i < count; ++i) d[i] = static_cast<double>(src[i] * scale);
       return;
     }
+    case DType::e4m3: {  // never an output dtype; kept total
+      std::uint8_t* d = static_cast<std::uint8_t*>(dst);
+      for (; i < count; ++i) d[i] = detail::float_to_e4m3(src[i] * scale);
+      return;
+    }
     case DType::i32: return;  // an index dtype, never attention data (validation rejects it)
   }
 }
@@ -168,4 +178,4 @@ inline void store_tile_rows(const float* src, std::int64_t ld, const TensorView&
   }
 }
 
-}  // namespace flashpp::cpu
+}  // namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE

@@ -9,9 +9,14 @@
 #include <new>
 #include <utility>
 
-#include "flashpp/flashpp.hpp"
 
 namespace flashpp::cpu {
+// Throws flashpp::Error(backend_failure) naming `call` (src/cpu/dispatch.cpp: compiled once, for
+// the baseline, so that no per-ISA build emits a copy of Error's inline members).
+[[noreturn]] void throw_scratch_allocation_failure(const char* call);
+}  // namespace flashpp::cpu
+
+namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE {
 
 struct FreeDeleter {
   void operator()(float* p) const noexcept { std::free(p); }
@@ -48,14 +53,11 @@ std::unique_ptr<Scratch> make_thread_scratch(std::atomic<bool>& failed, Args&&..
 }
 
 inline void throw_if_out_of_memory(const std::atomic<bool>& failed, const char* call) {
-  if (failed) {
-    throw Error(ErrorCode::backend_failure,
-                std::string(call) + ": the CPU backend could not allocate its per-thread scratch");
-  }
+  if (failed) throw_scratch_allocation_failure(call);
 }
 
 inline std::int64_t round_up(std::int64_t x, std::int64_t multiple) {
   return (x + multiple - 1) / multiple * multiple;
 }
 
-}  // namespace flashpp::cpu
+}  // namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE

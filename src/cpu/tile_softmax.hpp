@@ -16,7 +16,7 @@
 #include "../common/mask.hpp"
 #include "vector_math.hpp"
 
-namespace flashpp::cpu {
+namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE {
 
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -121,6 +121,37 @@ inline void online_softmax_update(float* st, std::int64_t ld, std::int64_t kv_ro
     _mm512_storeu_ps(m + r, m_new);
     _mm512_storeu_ps(alpha + r, a);
   }
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 neg_inf = _mm256_set1_ps(kNegInf);
+  for (; r + 8 <= q_cols; r += 8) {
+    __m256 m_new = _mm256_loadu_ps(m + r);
+    for (std::int64_t c = 0; c < kv_rows; ++c) m_new = _mm256_max_ps(m_new, _mm256_loadu_ps(st + c * ld + r));
+    const __m256 none = _mm256_cmp_ps(m_new, neg_inf, _CMP_EQ_OQ);
+    const __m256 ref = _mm256_andnot_ps(none, m_new);
+    const __m256 a = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(m + r), ref));
+    __m256 sum0 = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps();
+    std::int64_t c = 0;
+    for (; c + 2 <= kv_rows; c += 2) {
+      float* p0 = st + c * ld + r;
+      float* p1 = p0 + ld;
+      const __m256 e0 = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(p0), ref));
+      const __m256 e1 = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(p1), ref));
+      _mm256_storeu_ps(p0, e0);
+      _mm256_storeu_ps(p1, e1);
+      sum0 = _mm256_add_ps(sum0, e0);
+      sum1 = _mm256_add_ps(sum1, e1);
+    }
+    for (; c < kv_rows; ++c) {
+      float* p0 = st + c * ld + r;
+      const __m256 e0 = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(p0), ref));
+      _mm256_storeu_ps(p0, e0);
+      sum0 = _mm256_add_ps(sum0, e0);
+    }
+    const __m256 l_new = _mm256_fmadd_ps(a, _mm256_loadu_ps(l + r), _mm256_add_ps(sum0, sum1));
+    _mm256_storeu_ps(l + r, l_new);
+    _mm256_storeu_ps(m + r, m_new);
+    _mm256_storeu_ps(alpha + r, a);
+  }
 #endif
   for (; r < q_cols; ++r) {
     float m_new = m[r];
@@ -159,6 +190,11 @@ inline void probabilities_row(const float* s, float* p, std::int64_t n, QuerySta
 #if defined(__AVX512F__)
   for (; c + 16 <= n; c += 16) {
     _mm512_storeu_ps(p + c, exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + c), lse.load(c))));
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  for (; c + 8 <= n; c += 8) {
+    const __m256 l = lse.per_lane ? _mm256_loadu_ps(lse.values + c) : _mm256_set1_ps(lse.values[0]);
+    _mm256_storeu_ps(p + c, exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s + c), l)));
   }
 #endif
   for (; c < n; ++c) p[c] = exp_scalar(s[c] - lse.at(c));
@@ -210,4 +246,4 @@ inline float backward_lse_for_exp(float lse) {
   return lse == kNegInf ? std::numeric_limits<float>::infinity() : lse;
 }
 
-}  // namespace flashpp::cpu
+}  // namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE

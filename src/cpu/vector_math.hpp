@@ -6,14 +6,14 @@
 
 #include <cmath>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 // GCC 12 reports its own intrinsics' deliberately undefined pass-through operands as
 // "may be used uninitialized" once they are inlined; the warning is a false positive.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-namespace flashpp::cpu {
+namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE {
 
 inline float exp_scalar(float x) { return x < -87.0f ? 0.0f : std::exp(x); }
 inline float tanh_scalar(float x) { return std::tanh(x); }
@@ -63,4 +63,33 @@ inline __mmask16 lanes_mask(long count) {
 
 #endif
 
-}  // namespace flashpp::cpu
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+
+// exp on 8 lanes (AVX2 builds): the same reduction and polynomial as exp_ps above. 2^n is built
+// in the exponent field, (n + 127) << 23: x is clamped to [-87, 88], so n stays in [-126, 127]
+// (a normal float); lanes below -87 are set to exactly 0.
+inline __m256 exp_ps(__m256 x) {
+  const __m256 kLog2e = _mm256_set1_ps(1.44269504088896341f);
+  const __m256 kLn2Hi = _mm256_set1_ps(0.693359375f);
+  const __m256 kLn2Lo = _mm256_set1_ps(-2.12194440e-4f);
+  const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+  x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));  // keeps -inf out of the reduction (no NaN)
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, kLog2e),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, kLn2Hi, x);
+  r = _mm256_fnmadd_ps(n, kLn2Lo, r);
+  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+}
+
+#endif
+
+}  // namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE

@@ -12,6 +12,7 @@
 #include "common/check_cuda.hpp"
 #include "cuda_backend.hpp"
 #include "decode.hpp"
+#include "families.hpp"
 #include "forward.hpp"
 
 namespace flashpp::cuda {
@@ -73,9 +74,14 @@ bool compiled() noexcept { return true; }
 bool available() noexcept { return device_count() > 0; }
 
 std::string unsupported_reason(const detail::Problem& p, bool backward) {
-  if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
-    return std::string("q: the CUDA backend supports dtype f16 and bf16, got ") +
-           to_string(p.dtype);
+  if (p.dtype == DType::e4m3 && !backward) {
+    if (p.D % 16 != 0 || p.D > kMaxHeadDim) {
+      return "q: the CUDA FP8 (e4m3) forward supports head dims that are multiples of 16 up to "
+             "256, got " + std::to_string(p.D);
+    }
+  } else if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
+    return std::string("q: the CUDA backend supports dtype f16 and bf16") +
+           (backward ? "" : " (and e4m3 in the forward)") + ", got " + to_string(p.dtype);
   }
   if (p.D % 8 != 0 || p.D > kMaxHeadDim) {
     return "q: the CUDA backend supports head dims that are multiples of 8 up to 256, got " +
@@ -91,6 +97,16 @@ std::string unsupported_reason(const detail::Problem& p, bool backward) {
            std::to_string(count) + " CUDA devices visible)";
   }
   if (backward) return backward_unsupported_reason(p);
+  if (p.dtype == DType::e4m3) {
+    const std::string why_not = sm90_unavailable_reason(p.device.index);
+    if (!why_not.empty()) {
+      return "q: the CUDA FP8 (e4m3) forward runs on the sm90 kernel family only, and " + why_not;
+    }
+    if (requested_family() == "sm80") {
+      return "q: the CUDA FP8 (e4m3) forward runs on the sm90 kernel family only "
+             "(FLASHPP_CUDA_FAMILY=sm80 is set)";
+    }
+  }
   return {};
 }
 

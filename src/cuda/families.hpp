@@ -43,6 +43,10 @@ void run_forward(const ForwardParams& params, const detail::Problem& problem, cu
 namespace sm90 {
 inline constexpr int kForwardHeadDims[] = {64, 96, 128, 192, 256};
 void run_forward(const ForwardParams& params, const detail::ForwardArgs& args, cudaStream_t stream);
+// The FP8 (e4m3 inputs) forward: head dims 64, 128, 256 (others round up).
+inline constexpr int kFp8ForwardHeadDims[] = {64, 128, 256};
+void run_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& args,
+                     cudaStream_t stream);
 // The backward's head dims (kernel head dims of src/cuda/backward/config.hpp it instantiates).
 inline constexpr int kBackwardHeadDims[] = {64, 128};
 void run_backward(const bwd::BackwardParams& params, const detail::BackwardArgs& args,

@@ -51,22 +51,31 @@ ForwardParams make_params(const detail::ForwardArgs& a) {
   f.softcap = p.softcap;
   f.mask = p.mask;
   f.dropout = p.dropout;
+  auto descale = [](const TensorView& d, const float*& ptr, std::int64_t (&strides)[2]) {
+    ptr = static_cast<const float*>(d.data);
+    strides[0] = d.data != nullptr ? d.strides[0] : 0;
+    strides[1] = d.data != nullptr ? d.strides[1] : 0;
+  };
+  descale(a.q_descale, f.q_descale, f.q_descale_strides);
+  descale(a.k_descale, f.k_descale, f.k_descale_strides);
+  descale(a.v_descale, f.v_descale, f.v_descale_strides);
   return f;
 }
 
 // A tensor the kernels copy or store with 16-byte vectors (or the copy engine reads) must be
-// 16-byte aligned with strides that are multiples of 8 elements (dimensions of size 1 are never
-// stepped over).
+// 16-byte aligned with strides that are multiples of 16 bytes (8 elements of 16 bits, 16 of
+// e4m3; dimensions of size 1 are never stepped over).
 std::string alignment_problem(const char* name, const TensorView& t) {
   if (t.data == nullptr) return {};
   if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
     return std::string(name) + ": the CUDA backend needs a 16-byte aligned data pointer";
   }
+  const std::int64_t multiple = 16 / static_cast<std::int64_t>(element_size(t.dtype));
   for (int d = 0; d < 3; ++d) {
-    if (t.sizes[d] > 1 && t.strides[d] % 8 != 0) {
+    if (t.sizes[d] > 1 && t.strides[d] % multiple != 0) {
       return std::string(name) + ": the CUDA backend needs strides (but the last) that are " +
-             "multiples of 8 elements, got stride " + std::to_string(t.strides[d]) +
-             " in dimension " + std::to_string(d);
+             "multiples of " + std::to_string(multiple) + " elements, got stride " +
+             std::to_string(t.strides[d]) + " in dimension " + std::to_string(d);
     }
   }
   return {};
@@ -164,7 +173,9 @@ std::string kernel_families(int device) {
 void run_forward(const detail::ForwardArgs& args) {
   const ForwardParams params = make_params(args);
   const auto stream = static_cast<cudaStream_t>(args.stream);
-  if (choose_forward_family(args).family == ForwardFamily::sm90) {
+  if (args.problem.dtype == DType::e4m3) {  // unsupported_reason checked that sm90 can run it
+    sm90::run_forward_fp8(params, args, stream);
+  } else if (choose_forward_family(args).family == ForwardFamily::sm90) {
     sm90::run_forward(params, args, stream);
   } else {
     sm80::run_forward(params, args.problem, stream);

@@ -47,21 +47,26 @@ bool make_row_tile_map(CUtensorMap* map, const void* data, DType dtype, std::int
                        std::int64_t batch_stride, std::int64_t row_stride,
                        std::int64_t head_stride, int box_rows) {
   const EncodeTiled encode = encode_tiled();
-  if (encode == nullptr || (dtype != DType::f16 && dtype != DType::bf16)) return false;
+  if (encode == nullptr || (dtype != DType::f16 && dtype != DType::bf16 && dtype != DType::e4m3)) {
+    return false;
+  }
+  const auto bytes = static_cast<cuuint64_t>(element_size(dtype));
   if (batch <= 0 || rows <= 0 || heads <= 0 || head_dim <= 0) return false;
   // Byte strides of dims 1..3; a dimension of extent 1 is only ever read at coordinate 0, so its
   // stride (free in the view) is replaced by a valid one.
-  auto stride_bytes = [](std::int64_t extent, std::int64_t stride) -> cuuint64_t {
-    return extent == 1 ? 16u : static_cast<cuuint64_t>(stride) * 2u;
+  auto stride_bytes = [bytes](std::int64_t extent, std::int64_t stride) -> cuuint64_t {
+    return extent == 1 ? 16u : static_cast<cuuint64_t>(stride) * bytes;
   };
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(rows),
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
   const cuuint64_t strides[3] = {stride_bytes(rows, row_stride), stride_bytes(heads, head_stride),
                                  stride_bytes(batch, batch_stride)};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  // 128 bytes per box row: 64 16-bit or 128 8-bit columns (one swizzled panel).
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(128 / bytes), static_cast<cuuint32_t>(box_rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType type = dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUtensorMapDataType type = dtype == DType::f16    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                   : dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                          : CU_TENSOR_MAP_DATA_TYPE_UINT8;
   return encode(map, type, 4, const_cast<void*>(data), dims, strides, box, element_strides,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

@@ -46,6 +46,25 @@ void forward_py(const InputArray& q, const InputArray& k, const InputArray& v,
   forward(Q, K, V, O, L, options, as_stream(stream), W);
 }
 
+// The FP8 forward: q, k, v are e4m3 arrays passed as their uint8 bits; o is f16 or bf16 (bf16
+// from numpy as uint16 bits with uint16_is_bf16); descales float32 [B, Hkv] or None.
+void forward_fp8_py(const InputArray& q, const InputArray& k, const InputArray& v,
+                    const OutputArray& o, const std::optional<OutputArray>& lse, Options options,
+                    const std::optional<InputArray>& q_descale,
+                    const std::optional<InputArray>& k_descale,
+                    const std::optional<InputArray>& v_descale, std::uintptr_t stream,
+                    bool uint16_is_bf16) {
+  const ViewRules rules{uint16_is_bf16, true};
+  const TensorView Q = to_view(q, "q", rules), K = to_view(k, "k", rules),
+                   V = to_view(v, "v", rules), O = to_view(o, "o", rules);
+  const TensorView L = lse ? to_view(*lse, "lse", rules) : TensorView{};
+  if (q_descale) options.q_descale = to_view(*q_descale, "q_descale", rules);
+  if (k_descale) options.k_descale = to_view(*k_descale, "k_descale", rules);
+  if (v_descale) options.v_descale = to_view(*v_descale, "v_descale", rules);
+  nb::gil_scoped_release no_gil;
+  forward(Q, K, V, O, L, options, as_stream(stream));
+}
+
 void backward_py(const InputArray& q, const InputArray& k, const InputArray& v,
                  const InputArray& o, const InputArray& lse, const InputArray& dout,
                  const OutputArray& dq, const OutputArray& dk, const OutputArray& dv,
@@ -103,6 +122,11 @@ void bind_attention(nb::module_& m) {
         "o = softmax(q k^T * scale) v and lse, written into the given arrays.\n"
         "q: [B, Nq, Hq, D], k, v: [B, Nk, Hkv, D] (any strides, last stride 1), o like q,\n"
         "lse: float32 [B, Hq, Nq] or None. stream: a cudaStream_t as an int (0 = default).");
+  m.def("forward_fp8", &forward_fp8_py, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(), "options"_a,
+        "q_descale"_a.none(), "k_descale"_a.none(), "v_descale"_a.none(), "stream"_a = 0,
+        "uint16_is_bf16"_a = false,
+        "The FP8 forward: q, k, v float8_e4m3fn passed as uint8 bits, o float16 or bfloat16,\n"
+        "descales float32 [B, Hkv] or None (1).");
   m.def("backward", &backward_py, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a,
         "dv"_a, "options"_a, "stream"_a = 0, "workspace"_a.none() = nb::none(),
         "uint16_is_bf16"_a = false,

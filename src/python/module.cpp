@@ -2,6 +2,7 @@
 // C++ library statically and never links against a framework: tensors cross by DLPack, so one
 // build serves every PyTorch version (and numpy, cupy, ...).
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 
 #include "attention_bindings.hpp"
 #include "dropout_bindings.hpp"
@@ -25,4 +26,7 @@ NB_MODULE(_C, m) {
         "Whether this build has the CUDA backend.");
   m.def("cuda_available", [] { return flashpp::cuda_available(); },
         "Whether the CUDA backend can run now (compiled in and a device present).");
+  m.def("cuda_kernel_families", [](int device) { return flashpp::cuda_kernel_families(device); },
+        nanobind::arg("device") = 0,
+        "Which CUDA kernel families flashpp runs on `device` now, in words.");
 }

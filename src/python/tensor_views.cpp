@@ -32,11 +32,14 @@ DType to_dtype(nb::dlpack::dtype t, const char* name, const ViewRules& rules) {
     if (rules.uint16_is_bf16 && t.code == static_cast<std::uint8_t>(Code::UInt) && t.bits == 16) {
       return DType::bf16;
     }
+    if (rules.uint8_is_e4m3 && t.code == static_cast<std::uint8_t>(Code::UInt) && t.bits == 8) {
+      return DType::e4m3;
+    }
   }
   throw Error(ErrorCode::unsupported, std::string("flashpp: ") + name +
-                                          ": expected dtype float16, bfloat16, float32 (or "
-                                          "float64 for the reference backend; int32 for "
-                                          "index tensors), got " +
+                                          ": expected dtype float16, bfloat16, float32, "
+                                          "float8_e4m3fn (or float64 for the reference "
+                                          "backend; int32 for index tensors), got " +
                                           describe_dtype(t));
 }
 

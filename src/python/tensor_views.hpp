@@ -20,8 +20,11 @@ using OutputArray = nb::ndarray<>;
 
 // numpy cannot export bfloat16 through DLPack (ml_dtypes' bfloat16 is not a DLPack dtype), so
 // the Python layer passes such arrays viewed as uint16 and sets `uint16_is_bf16`.
+// float8 e4m3 arrays (torch.float8_e4m3fn, ml_dtypes.float8_e4m3fn) likewise cross as their
+// uint8 bits with `uint8_is_e4m3` set.
 struct ViewRules {
   bool uint16_is_bf16 = false;
+  bool uint8_is_e4m3 = false;
 };
 
 // `name` is the argument's name for error messages ("q", "lse", ...).

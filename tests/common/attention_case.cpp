@@ -77,6 +77,7 @@ double unit_roundoff(DType dtype) {
     case DType::f32: return std::ldexp(1.0, -24);
     case DType::f16: return std::ldexp(1.0, -11);
     case DType::bf16: return std::ldexp(1.0, -8);
+    case DType::e4m3: return std::ldexp(1.0, -4);
     case DType::f64: return std::ldexp(1.0, -53);
   }
   return 0.0;

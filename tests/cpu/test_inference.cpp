@@ -223,6 +223,16 @@ TEST_F(KvValidation, NewRowsAndOptions) {
   expect_untouched();
 }
 
+TEST_F(KvValidation, Fp8InputsAreRefused) {
+  KvCache cache = c.host_cache();
+  TensorView q = c.q.view();
+  q.dtype = cache.k_cache.dtype = cache.v_cache.dtype = cache.k_new.dtype = cache.v_new.dtype =
+      DType::e4m3;
+  expect_error([&] { flashpp::forward_kvcache(q, cache, o.view(), lse.view()); }, ": q: ",
+               ErrorCode::unsupported);
+  expect_untouched();
+}
+
 TEST_F(KvValidation, HeadCountsNameTheCache) {
   KvCaseSpec s;
   s.B = 1;

@@ -158,6 +158,8 @@ double tolerance(DType dtype, Mode direction) {
       return backward ? 3e-2 : 2e-2;
     case DType::f64:
       return 1e-10;
+    case DType::e4m3:
+      return 0.1;
     case DType::i32:  // an index dtype: never benchmarked
       return 0;
   }

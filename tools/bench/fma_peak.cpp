@@ -5,74 +5,84 @@
 #include <algorithm>
 #include <chrono>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
-#endif
 
 namespace flashpp::bench {
 namespace {
 
-// Enough independent accumulators to hide the FMA latency (4 cycles) on two FMA ports, and few
-// enough to stay in registers (16 ymm / 32 zmm).
-#if defined(__AVX512F__)
-constexpr int kLanes = 16;
-constexpr int kChains = 16;
-constexpr const char* kIsa = "AVX-512";
-using Vec = __m512;
-inline Vec splat(float x) { return _mm512_set1_ps(x); }
-inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-inline float sum_lanes(Vec a) {
-  // A store and a scalar sum rather than _mm512_reduce_add_ps, which trips GCC 12's
-  // uninitialised-variable warning; this runs once per thread.
-  alignas(64) float f[16];
-  _mm512_store_ps(f, a);
-  float total = 0;
-  for (float x : f) total += x;
-  return total;
-}
-#elif defined(__AVX2__) && defined(__FMA__)
-constexpr int kLanes = 8;
-constexpr int kChains = 12;
-constexpr const char* kIsa = "AVX2";
-using Vec = __m256;
-inline Vec splat(float x) { return _mm256_set1_ps(x); }
-inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-inline float sum_lanes(Vec a) {
-  alignas(32) float f[8];
-  _mm256_store_ps(f, a);
-  return f[0] + f[1] + f[2] + f[3] + f[4] + f[5] + f[6] + f[7];
-}
-#else
-constexpr int kLanes = 1;
-constexpr int kChains = 8;
-constexpr const char* kIsa = "scalar";
-using Vec = float;
-inline Vec splat(float x) { return x; }
-inline Vec fma(Vec a, Vec b, Vec c) { return a * b + c; }
-inline float sum_lanes(Vec a) { return a; }
-#endif
+// One register-only FMA loop per instruction set, compiled for it by a target attribute (the
+// build has no -march: the loop is chosen at run time, as the CPU kernels are). Enough
+// independent accumulators to hide the FMA latency (4 cycles) on two FMA ports, and few enough
+// to stay in registers (16 ymm / 32 zmm). acc = acc*m + a converges to a/(1-m), so values stay
+// finite and normal; the result is returned so the loop cannot be dropped.
+constexpr int kChainsAvx512 = 16, kChainsAvx2 = 12, kChainsScalar = 8;
 
-// `iterations` rounds of kChains independent FMAs. acc = acc*m + a converges to a/(1-m), so
-// values stay finite and normal; the result is returned so the loop cannot be dropped.
-float fma_chains(long iterations, float seed) {
-  Vec acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = splat(seed + float(c));
-  const Vec m = splat(0.999999f), a = splat(1e-3f);
+__attribute__((target("avx512f"))) float fma_chains_avx512(long iterations, float seed) {
+  __m512 acc[kChainsAvx512];
+  for (int c = 0; c < kChainsAvx512; ++c) acc[c] = _mm512_set1_ps(seed + float(c));
+  const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-3f);
   for (long i = 0; i < iterations; ++i) {
 #pragma GCC unroll 16
-    for (int c = 0; c < kChains; ++c) acc[c] = fma(acc[c], m, a);
+    for (int c = 0; c < kChainsAvx512; ++c) acc[c] = _mm512_fmadd_ps(acc[c], m, a);
+  }
+  alignas(64) float f[16];
+  float total = 0;
+  for (int c = 0; c < kChainsAvx512; ++c) {
+    _mm512_store_ps(f, acc[c]);
+    for (float x : f) total += x;
+  }
+  return total;
+}
+
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(long iterations, float seed) {
+  __m256 acc[kChainsAvx2];
+  for (int c = 0; c < kChainsAvx2; ++c) acc[c] = _mm256_set1_ps(seed + float(c));
+  const __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-3f);
+  for (long i = 0; i < iterations; ++i) {
+#pragma GCC unroll 12
+    for (int c = 0; c < kChainsAvx2; ++c) acc[c] = _mm256_fmadd_ps(acc[c], m, a);
+  }
+  alignas(32) float f[8];
+  float total = 0;
+  for (int c = 0; c < kChainsAvx2; ++c) {
+    _mm256_store_ps(f, acc[c]);
+    for (float x : f) total += x;
+  }
+  return total;
+}
+
+float fma_chains_scalar(long iterations, float seed) {
+  float acc[kChainsScalar];
+  for (int c = 0; c < kChainsScalar; ++c) acc[c] = seed + float(c);
+  for (long i = 0; i < iterations; ++i) {
+    for (int c = 0; c < kChainsScalar; ++c) acc[c] = acc[c] * 0.999999f + 1e-3f;
   }
   float total = 0;
-  for (int c = 0; c < kChains; ++c) total += sum_lanes(acc[c]);
+  for (float x : acc) total += x;
   return total;
+}
+
+struct PeakLoop {
+  float (*run)(long, float);
+  int lanes, chains;
+  const char* isa;
+};
+
+PeakLoop choose_loop() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return {fma_chains_avx512, 16, kChainsAvx512, "AVX-512"};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    return {fma_chains_avx2, 8, kChainsAvx2, "AVX2"};
+  }
+  return {fma_chains_scalar, 1, kChainsScalar, "scalar"};
 }
 
 // Seconds for every thread to run `iterations` rounds.
-double timed_run(long iterations, int threads, float* sink) {
+double timed_run(const PeakLoop& loop, long iterations, int threads, float* sink) {
   const auto start = std::chrono::steady_clock::now();
   float total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
-  total += fma_chains(iterations, float(omp_get_thread_num()));
+  total += loop.run(iterations, float(omp_get_thread_num()));
   *sink += total;
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -82,27 +92,28 @@ double timed_run(long iterations, int threads, float* sink) {
 FmaPeak measure_fma_peak(int threads, double seconds) {
   if (threads <= 0) threads = omp_get_max_threads();
   float sink = 0;
+  const PeakLoop loop = choose_loop();
   // Calibrate to runs of about 20 ms (the first runs also wake the threads and the wide-vector
   // units), then repeat them for `seconds` and keep the fastest: on a shared machine a short
   // run is the likeliest to find every core free, and the peak is what the cores can do.
   long iterations = 1 << 12;
-  double t = timed_run(iterations, threads, &sink);
+  double t = timed_run(loop, iterations, threads, &sink);
   while (t < 0.02) {
     iterations *= 2;
-    t = timed_run(iterations, threads, &sink);
+    t = timed_run(loop, iterations, threads, &sink);
   }
   double best = t, spent = 0;
   while (spent < seconds) {
-    const double run = timed_run(iterations, threads, &sink);
+    const double run = timed_run(loop, iterations, threads, &sink);
     best = std::min(best, run);
     spent += run;
   }
 
   FmaPeak peak;
   peak.threads = threads;
-  peak.vector_lanes = kLanes;
-  peak.isa = kIsa;
-  const double flops = 2.0 * kLanes * kChains * double(iterations) * threads;
+  peak.vector_lanes = loop.lanes;
+  peak.isa = loop.isa;
+  const double flops = 2.0 * loop.lanes * loop.chains * double(iterations) * threads;
   peak.gflops = flops / best / 1e9 + (sink == 12345.0f ? 1e-30 : 0.0);  // keeps sink alive
   return peak;
 }

@@ -1,6 +1,7 @@
 // flashpp-bench: times flashpp's forward and backward on the CPU or a CUDA device, prints FLOP
 // rates by BENCHMARKING.md's convention, extra memory, and a check of every result against the
 // float64 reference. `flashpp-bench --help` lists the options.
+#include <algorithm>
 #include <omp.h>
 
 #include <chrono>
@@ -117,6 +118,22 @@ int main(int argc, char** argv) {
     print_line(options.csv, "device: cpu, " + cpu_model_name() + ", " + std::to_string(threads) +
                                 " OpenMP threads, load average " + load_average() +
                                 " at the start");
+    // Which kernel runs, per dtype of the grid: the CPU backend picks it at run time from the
+    // CPU's features (or FLASHPP_CPU_ISA), and a slow fallback must never go unnoticed.
+    std::vector<flashpp::DType> dtypes;
+    for (const fb::Case& c : cases) {
+      if (std::find(dtypes.begin(), dtypes.end(), c.dtype) == dtypes.end()) dtypes.push_back(c.dtype);
+    }
+    try {
+      for (const flashpp::DType dt : dtypes) {
+        const std::string fwd = flashpp::cpu_kernel(dt, false), bwd = flashpp::cpu_kernel(dt, true);
+        print_line(options.csv, std::string("cpu kernel, ") + flashpp::to_string(dt) + ": forward " +
+                                    fwd.substr(0, fwd.find(';')) + ", backward " + bwd);
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "flashpp-bench: %s\n", e.what());
+      return 1;
+    }
     if (options.measure_peak) {
       std::fprintf(stderr, "measuring the fp32 FMA peak ...\n");
       peak = fb::measure_fma_peak(threads);

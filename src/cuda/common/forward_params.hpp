@@ -35,6 +35,15 @@ struct ForwardParams {
   detail::Mask mask{};
   detail::DropoutParams dropout{};
 
+  // FP8 (e4m3) inputs only: float32 descale factors per (batch, kv head) (nullptr: 1), element
+  // strides of their [B, Hkv] views.
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
+  std::int64_t q_descale_strides[2] = {0, 0};
+  std::int64_t k_descale_strides[2] = {0, 0};
+  std::int64_t v_descale_strides[2] = {0, 0};
+
   // The (batch * head) index of blockIdx.y == 0 (sm80 launches are split when B*Hq > 65535).
   std::int64_t bh_offset = 0;
   // Launch order of (query tile, head) items: common/block_order.cuh.

@@ -7,6 +7,7 @@
 //   wgmma_commit()            closes the wgmma issued so far into a group
 //   wgmma_wait<K>()           waits until at most K groups are still running
 //   fence_registers(x)        keeps the compiler from moving accesses of x across this point
+//   compute_before_next_wait(v)  keeps ptxas from sinking v's computation below the next wait
 //   fence_shared_to_async()   makes ordinary shared-memory stores visible to wgmma operand reads
 //
 // Operand layouts. The tiles the kernels feed to wgmma are the 128-byte-swizzled panels of
@@ -91,6 +92,22 @@ __device__ __forceinline__ void fence_shared_to_async() {
 #endif
 }
 
+// Keeps ptxas from sinking the computation of `value` below the next wgmma wait: a branch on
+// it (never taken: no float has these bits) ends the basic block, so everything `value` depends
+// on is computed before the wait that follows. ptxas otherwise schedules a whole softmax after
+// a wait_group 0 that the source places after it, and the softmax no longer overlaps the
+// in-flight wgmma. Costs a compare and a branch.
+__device__ __forceinline__ void compute_before_next_wait(float value) {
+#if FLASHPP_WGMMA_AVAILABLE && defined(FLASHPP_SOFTMAX_ANCHOR_WARPSYNC)
+  (void)value;
+  asm volatile("bar.warp.sync -1;\n" ::: "memory");
+#elif FLASHPP_WGMMA_AVAILABLE
+  if (__float_as_uint(value) == 0xffffffffu) asm volatile("trap;\n");
+#else
+  (void)value;
+#endif
+}
+
 template <int kCount>
 __device__ __forceinline__ void fence_registers(float (&x)[kCount]) {
 #pragma unroll
@@ -108,8 +125,16 @@ __device__ __forceinline__ void fence_registers(std::uint32_t (&x)[kCount]) {
 template <int N, typename T>
 struct WgmmaShape;
 
+// m64nNk32 e4m3 x e4m3 with float32 accumulators (the FP8 forward). Both operands K-major (8-bit
+// wgmma has no transpose); the A operand from registers (rs) takes the 8-bit A-fragment layout:
+// per warp, register r of lane (g = lane/4, t = lane%4) holds row g + 8*(r%2), k = 16*(r/2) + 4t
+// .. + 3, one byte each, lowest k in the lowest byte.
+template <int N>
+struct WgmmaFp8Shape;
+
 #if FLASHPP_WGMMA_AVAILABLE
 #include "wgmma_shapes.inc"
+#include "wgmma_fp8_shapes.inc"
 #else
 // Host passes and other targets see declarations only; calling them there is a build error.
 template <int N, typename T>
@@ -117,6 +142,12 @@ struct WgmmaShape {
   template <int kTransA, int kTransB>
   __device__ static void ss(float (&d)[N / 2], std::uint64_t a, std::uint64_t b, int accumulate);
   template <int kTransB>
+  __device__ static void rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t b,
+                            int accumulate);
+};
+template <int N>
+struct WgmmaFp8Shape {
+  __device__ static void ss(float (&d)[N / 2], std::uint64_t a, std::uint64_t b, int accumulate);
   __device__ static void rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t b,
                             int accumulate);
 };

@@ -8,6 +8,10 @@ void run_forward(const ForwardParams&, const detail::ForwardArgs&, cudaStream_t)
   throw Error(ErrorCode::internal, "the sm90 forward was called in a build without sm_90a");
 }
 
+void run_forward_fp8(const ForwardParams&, const detail::ForwardArgs&, cudaStream_t) {
+  throw Error(ErrorCode::internal, "the sm90 FP8 forward was called in a build without sm_90a");
+}
+
 void run_backward(const bwd::BackwardParams&, const detail::BackwardArgs&, cudaStream_t) {
   throw Error(ErrorCode::internal, "the sm90 backward was called in a build without sm_90a");
 }

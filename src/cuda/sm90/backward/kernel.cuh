@@ -290,7 +290,8 @@ __device__ __forceinline__ void issue_query_gradient(float (&acc)[Traits::kDqTil
 // 4 x 4 comb of a 16-query x 16-key block, which lanes g and g ^ 1 hold split by key parity
 // (common/philox.hpp): for each 32-query block the pair makes one call each and swaps halves,
 // so a lane makes one call per 16 of its elements. Element (nt, c) is then byte
-// 2 (c / 2) + nt % 2 of the word for query parity c % 2 in its 16-query block's words.
+// 2 (nt % 2) + c / 2 (2 x query bit 3 + key bit 3) of the word for query parity c % 2 in its
+// 16-query block's words.
 template <typename Traits>
 __device__ __forceinline__ void dropout_factors(float (&factor)[Traits::kQTiles][4],
                                                 const bwd::BackwardParams& p, std::uint32_t bh,
@@ -310,7 +311,7 @@ __device__ __forceinline__ void dropout_factors(float (&factor)[Traits::kQTiles]
       const std::uint32_t* w = (nt & 2) ? keep.b : keep.a;
 #pragma unroll
       for (int c = 0; c < 4; ++c)
-        factor[nt][c] = __uint_as_float(keep_mask(w[c & 1], 2u * (c >> 1) + (nt & 1)) & kept);
+        factor[nt][c] = __uint_as_float(keep_mask(w[c & 1], 2u * (nt & 1) + (c >> 1)) & kept);
     }
   }
 }

@@ -119,6 +119,11 @@ enum class ForwardBarrier : int { consumer_epilogue = 1, issue_turn = 4 };
 #ifndef FLASHPP_SM90_PINGPONG
 #define FLASHPP_SM90_PINGPONG 1
 #endif
+// Head dims up to which the softmax of a tile is pinned above the wait for the previous P V
+// product (0: never, the default until an A/B says otherwise: at D 64 the anchor costs spills).
+#ifndef FLASHPP_SOFTMAX_ANCHOR_MAX_D
+#define FLASHPP_SOFTMAX_ANCHOR_MAX_D 0
+#endif
 
 // Pingpong between consumer warpgroups: they take turns to issue their wgmma, in a fixed
 // rotation, so that while one warpgroup runs its softmax the tensor cores work on the products
@@ -363,6 +368,11 @@ __device__ __forceinline__ void consumer_mainloop(const Sm90ForwardParams& param
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
       release_buffer(smem.k_empty(stage), lane);
       const SoftmaxCorrection<Traits> correction = softmax_steps(s, tile.keys.end - 1 - j);
+      // The softmax overlaps P V only if ptxas keeps it above the wait (perf-notes: "softmax
+      // anchor"); at D > 64 the registers that takes make ptxas serialise the wgmma instead.
+      if constexpr (Traits::kHeadDim <= FLASHPP_SOFTMAX_ANCHOR_MAX_D) {
+        ptx::compute_before_next_wait(row_sum[0][0] + row_sum[0][1]);
+      }
       ptx::wgmma_wait<0>();
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o));
       ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockN / 4]>(p_frag));

@@ -16,15 +16,15 @@
 #include <cmath>
 #include <limits>
 
-#include "cpu_backend.hpp"
-#include "tile_config.hpp"
-#include "tile_dropout.hpp"
-#include "tile_gemm.hpp"
-#include "tile_io.hpp"
-#include "tile_scratch.hpp"
-#include "tile_softmax.hpp"
+#include "../cpu_backend.hpp"
+#include "../tile_config.hpp"
+#include "../tile_dropout.hpp"
+#include "../tile_gemm.hpp"
+#include "../tile_io.hpp"
+#include "../tile_scratch.hpp"
+#include "../tile_softmax.hpp"
 
-namespace flashpp::cpu {
+namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE {
 namespace {
 
 // Per-thread scratch of the forward.
@@ -151,4 +151,4 @@ void flash_forward(const detail::ForwardArgs& a) {
   throw_if_out_of_memory(out_of_memory, "flashpp::forward");
 }
 
-}  // namespace flashpp::cpu
+}  // namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE

@@ -16,16 +16,16 @@
 #include <algorithm>
 #include <atomic>
 
-#include "backward_steps.hpp"
-#include "cpu_backend.hpp"
-#include "tile_config.hpp"
-#include "tile_dropout.hpp"
-#include "tile_gemm.hpp"
-#include "tile_io.hpp"
-#include "tile_scratch.hpp"
-#include "tile_softmax.hpp"
+#include "../backward_steps.hpp"
+#include "../cpu_backend.hpp"
+#include "../tile_config.hpp"
+#include "../tile_dropout.hpp"
+#include "../tile_gemm.hpp"
+#include "../tile_io.hpp"
+#include "../tile_scratch.hpp"
+#include "../tile_softmax.hpp"
 
-namespace flashpp::cpu {
+namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE {
 namespace {
 
 struct KvHeadScratch {
@@ -128,4 +128,4 @@ void backward_per_kv_head(const detail::BackwardArgs& a, const float* d_rows) {
   throw_if_out_of_memory(out_of_memory, "flashpp::backward");
 }
 
-}  // namespace flashpp::cpu
+}  // namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE

@@ -25,22 +25,19 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <new>
-#include <string>
-#include <vector>
 
 #include <omp.h>
 
-#include "cpu_backend.hpp"
-#include "tile_config.hpp"
-#include "tile_dropout.hpp"
-#include "tile_gemm.hpp"
-#include "tile_io.hpp"
-#include "tile_scratch.hpp"
-#include "tile_softmax.hpp"
-#include "backward_steps.hpp"
+#include "../cpu_backend.hpp"
+#include "../tile_config.hpp"
+#include "../tile_dropout.hpp"
+#include "../tile_gemm.hpp"
+#include "../tile_io.hpp"
+#include "../tile_scratch.hpp"
+#include "../tile_softmax.hpp"
+#include "../backward_steps.hpp"
 
-namespace flashpp::cpu {
+namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE {
 namespace {
 
 // ---- pass 1: dK, dV per key tile -----------------------------------------------------------------
@@ -194,27 +191,10 @@ bool use_per_kv_head_schedule(const detail::Problem& p) {
 
 }  // namespace
 
-std::size_t backward_workspace_size(const detail::Problem& p) {
-  return static_cast<std::size_t>(p.B * p.Hq * p.Nq) * sizeof(float);
-}
-
-void flash_backward(const detail::BackwardArgs& a) {
+// d_rows: B x Hq x Nq floats for D = rowsum(dO * O) (src/cpu/dispatch.cpp provides them).
+void flash_backward(const detail::BackwardArgs& a, float* d_rows) {
   const detail::Problem& p = a.problem;
   if (p.B == 0 || p.Hq == 0) return;
-
-  // Step 0: D into the caller's workspace, or into our own when none (or too little) is given.
-  std::vector<float> own;
-  float* d_rows = static_cast<float*>(a.workspace.data);
-  if (d_rows == nullptr || a.workspace.bytes < backward_workspace_size(p)) {
-    try {
-      own.resize(static_cast<std::size_t>(p.B * p.Hq * p.Nq));
-    } catch (const std::bad_alloc&) {
-      throw Error(ErrorCode::backend_failure,
-                  "flashpp::backward: the CPU backend could not allocate its workspace (" +
-                      std::to_string(backward_workspace_size(p)) + " bytes); pass one");
-    }
-    d_rows = own.data();
-  }
   compute_output_dot(a, d_rows);
 
   if (use_per_kv_head_schedule(p)) {
@@ -259,4 +239,4 @@ void flash_backward(const detail::BackwardArgs& a) {
   throw_if_out_of_memory(out_of_memory, "flashpp::backward");
 }
 
-}  // namespace flashpp::cpu
+}  // namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE

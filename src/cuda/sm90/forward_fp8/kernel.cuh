@@ -1,0 +1,493 @@
+// The FP8 (e4m3) forward for Hopper (sm_90a): the design of ../forward/kernel.cuh (TMA ring,
+// warp specialisation, pingpong consumers, softmax of tile j overlapping P V of tile j-1) with
+// e4m3 wgmma (m64nNk32, twice the bf16 rate) and the three changes 8-bit operands force:
+//
+// 1. V transposed in shared memory. 8-bit wgmma reads both operands K-major only, so the B operand
+//    of O += P V must be V^T (head dim along rows, keys contiguous). Warps 1-3 of the producer
+//    warpgroup turn each V tile the copy engine delivered ([keys][D], 128-byte swizzled panels)
+//    into Vt ([D][128 keys], 128-byte swizzled) with 4-byte loads, byte permutes and 4-byte
+//    stores, all free of bank conflicts (transpose_step below); warp 0 issues the copies.
+// 2. P from registers in the 8-bit A-fragment layout. The float32 score accumulator gives lane
+//    (g, t) keys 2t, 2t+1 of every 8-key column tile; the A fragment wants keys 4t .. 4t+3 of each
+//    16-key half. Instead of moving P across lanes, the keys are renumbered: within every 16-key
+//    group, fragment position 4t + e holds key 2t + (e & 1) + 8 (e >> 1), and the transposition
+//    writes Vt's columns in that same order. P then packs with two cvt.rn.satfinite.e4m3x2 per
+//    register and no shuffle.
+// 3. An exp2 offset. P = exp2(s * scale*log2e - max*scale*log2e + 8) lies in [0, 256], using
+//    e4m3's range (max 448) instead of [0, 1], where most probabilities would be subnormal or zero;
+//    the row sum carries the same 2^8, so O / sum is unchanged, and lse subtracts 8 ln 2.
+//
+// Descales: S = Q8 K8^T in raw e4m3 units; the softmax scale becomes scale * q_descale * k_descale
+// (per (batch, kv head)), and O is multiplied by v_descale at the end. The output is f16 or bf16,
+// written straight from the accumulators.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "../forward/kernel.cuh"
+#include "fp8_fragments.cuh"
+#include "fp8_layout.hpp"
+
+namespace flashpp::cuda::sm90::fp8 {
+
+template <typename Out_, int kHeadDim_, int kStages_>
+struct Fp8ForwardTraits {
+  using Out = Out_;                                  // f16 or bf16 output
+  static constexpr int kHeadDim = kHeadDim_;        // 64, 128 or 256
+  static constexpr int kConsumers = 2;
+  static constexpr int kBlockM = 64 * kConsumers;   // query rows per block
+  static constexpr int kBlockN = 128;               // keys per tile: one 128-byte Vt row
+  static constexpr int kStages = kStages_;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kPaddedHeadDim = (kHeadDim + 127) / 128 * 128;  // 128-byte panels
+  static constexpr int kPanels = kPaddedHeadDim / 128;
+
+  // The row view of common/forward_steps.cuh (apply_mask, rescale_output).
+  static constexpr int kRowsPerWarp = 16;
+  static constexpr int kMTiles = 1;
+  static constexpr int kNTiles = kBlockN / 8;
+  static constexpr int kDTiles = kHeadDim / 8;
+  static constexpr bool kSkipUnchangedRescale = kHeadDim >= 128;
+
+  static constexpr int kQPanelBytes = kBlockM * 128;
+  static constexpr int kKVPanelBytes = kBlockN * 128;
+  static constexpr int kQBytes = kQPanelBytes * kPanels;
+  static constexpr int kKVBytes = kKVPanelBytes * kPanels;  // a K or a raw V tile
+  static constexpr int kVtBytes = kHeadDim * 128;          // [kHeadDim][128 keys]
+  // Q full; per stage: K full/empty, V full/empty (raw V), Vt full/empty.
+  static constexpr int kBarriers = 1 + 6 * kStages;
+  static constexpr int kSmemBytes = kQBytes + kStages * (2 * kKVBytes + kVtBytes) + 8 * kBarriers;
+
+  static constexpr int kTransposeWarps = 3;  // warps 1..3 of the producer warpgroup
+  // Registers per thread after the reallocation (producer x 128 + consumer x 256 <= 64K): the
+  // consumers of D = 256 hold O (128), S (64) and P (16) and take 240, leaving the producer 24.
+#ifdef FLASHPP_FP8_PRODUCER_REGISTERS  // tuning runs: both given as compile definitions
+  static constexpr int kProducerRegisters = FLASHPP_FP8_PRODUCER_REGISTERS;
+  static constexpr int kConsumerRegisters = FLASHPP_FP8_CONSUMER_REGISTERS;
+#else
+  static constexpr int kProducerRegisters = kHeadDim >= 256 ? 24 : 40;
+  static constexpr int kConsumerRegisters = kHeadDim >= 256 ? 240 : 232;
+#endif
+
+  // The P fragment of one k32 step: 4 registers; the tile has kBlockN / 32 steps.
+  static constexpr int kPSteps = kBlockN / 32;
+
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
+  static_assert(kHeadDim % 32 == 0, "k32 steps of Q K^T");
+};
+
+template <typename Traits>
+struct Fp8SharedStorage {
+  unsigned char* base;
+  __device__ unsigned char* q() const { return base; }
+  __device__ unsigned char* k(int stage) const {
+    return base + Traits::kQBytes + stage * Traits::kKVBytes;
+  }
+  __device__ unsigned char* v(int stage) const {
+    return base + Traits::kQBytes + (Traits::kStages + stage) * Traits::kKVBytes;
+  }
+  __device__ unsigned char* vt(int stage) const {
+    return base + Traits::kQBytes + 2 * Traits::kStages * Traits::kKVBytes + stage * Traits::kVtBytes;
+  }
+  __device__ std::uint64_t* barriers() const {
+    return reinterpret_cast<std::uint64_t*>(base + Traits::kQBytes +
+                                            Traits::kStages * (2 * Traits::kKVBytes + Traits::kVtBytes));
+  }
+  __device__ std::uint64_t* q_full() const { return barriers(); }
+  __device__ std::uint64_t* k_full(int s) const { return barriers() + 1 + s; }
+  __device__ std::uint64_t* k_empty(int s) const { return barriers() + 1 + Traits::kStages + s; }
+  __device__ std::uint64_t* v_full(int s) const { return barriers() + 1 + 2 * Traits::kStages + s; }
+  __device__ std::uint64_t* v_empty(int s) const { return barriers() + 1 + 3 * Traits::kStages + s; }
+  __device__ std::uint64_t* vt_full(int s) const { return barriers() + 1 + 4 * Traits::kStages + s; }
+  __device__ std::uint64_t* vt_empty(int s) const { return barriers() + 1 + 5 * Traits::kStages + s; }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Producer warp 0: the copies
+// ---------------------------------------------------------------------------------------------
+
+template <typename Traits>
+__device__ __forceinline__ void load_tiles(const Sm90ForwardParams& params,
+                                           const Fp8SharedStorage<Traits>& smem,
+                                           const ForwardTile& tile) {
+  const int h = static_cast<int>(tile.h), h_kv = static_cast<int>(tile.h_kv);
+  const int b = static_cast<int>(tile.b);
+  mbarrier_expect_bytes(smem.q_full(), Traits::kQBytes);
+#pragma unroll
+  for (int panel = 0; panel < Traits::kPanels; ++panel) {
+    tma_load_4d(smem.q() + panel * Traits::kQPanelBytes, &params.q_map, panel * 128,
+                static_cast<int>(tile.m0), h, b, smem.q_full());
+  }
+  const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
+  for (int j = 0; j < num_tiles; ++j) {
+    const int stage = j % Traits::kStages;
+    const int n0 = static_cast<int>((tile.keys.end - 1 - j) * Traits::kBlockN);
+    wait_buffer_empty(smem.k_empty(stage), Traits::kStages, j);
+    mbarrier_expect_bytes(smem.k_full(stage), Traits::kKVBytes);
+#pragma unroll
+    for (int panel = 0; panel < Traits::kPanels; ++panel) {
+      tma_load_4d(smem.k(stage) + panel * Traits::kKVPanelBytes, &params.k_map, panel * 128, n0,
+                  h_kv, b, smem.k_full(stage));
+    }
+    wait_buffer_empty(smem.v_empty(stage), Traits::kStages, j);
+    mbarrier_expect_bytes(smem.v_full(stage), Traits::kKVBytes);
+#pragma unroll
+    for (int panel = 0; panel < Traits::kPanels; ++panel) {
+      tma_load_4d(smem.v(stage) + panel * Traits::kKVPanelBytes, &params.v_map, panel * 128, n0,
+                  h_kv, b, smem.v_full(stage));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Producer warps 1-3: V -> Vt
+// ---------------------------------------------------------------------------------------------
+
+// One warp-step of the transposition: lane l takes four keys of its 16-key group G = l / 4,
+// keys 16G + 2t + {0, 1, 8, 9} (t = l % 4: the renumbering of the P fragment), and one 16-byte
+// chunk c of head-dim columns, and writes them transposed to Vt rows 16c .. 16c + 15 at
+// positions 4l .. 4l + 3, one 4 x 4 byte block (4-byte loads, eight byte permutes, 4-byte
+// stores) at a time. The chunk is c = step ^ f(l), f(l) = (l % 8) ^ 2t, so that over eight
+// steps every lane visits every chunk; the 4-byte column group g starts at the quarter-warp's
+// index and rotates. Then one load instruction reads 32 distinct banks (within a quarter-warp the
+// swizzled chunks (c ^ key % 8) = step ^ (l % 8) ^ (key & 1) are distinct, and the quarters read
+// different column groups), and so does one store instruction (32 distinct positions of rows
+// whose swizzle differs only by quarter, in a way that keeps the positions' banks apart).
+template <typename Traits>
+__device__ __forceinline__ void transpose_step(const unsigned char* v, unsigned char* vt, int panel,
+                                               int step) {
+  // The lane index read here (volatile), not passed in: otherwise the compiler hoists the
+  // sixteen lane-dependent store offsets out of the tile loop and keeps them live, more
+  // registers than the producer warps have (ptxas spilled).
+  int lane;
+  asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
+  const int chunk = transpose_chunk(lane, step);
+  const int d0 = panel * 128 + chunk * 16;  // first head-dim column of the chunk
+  if (d0 >= Traits::kHeadDim) return;       // D = 64: the padded columns are never read
+  // 32-bit shared-memory addresses: the producer warps have few registers to spare.
+  const std::uint32_t panel_base =
+      static_cast<std::uint32_t>(__cvta_generic_to_shared(v)) + panel * Traits::kKVPanelBytes;
+  std::uint32_t rows[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) rows[r] = panel_base + swizzled_offset(transpose_key(lane, r), chunk * 16);
+  const std::uint32_t out = static_cast<std::uint32_t>(__cvta_generic_to_shared(vt)) + d0 * 128;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int g = transpose_group(lane, i);
+    std::uint32_t w[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) w[r] = load_shared_u32(rows[r] + 4 * g);
+    transpose_4x4_bytes(w);  // w[e]: column d0 + 4g + e, keys in fragment order
+#pragma unroll
+    for (int e = 0; e < 4; ++e) store_shared_u32(out + swizzled_offset(4 * g + e, 4 * lane), w[e]);
+  }
+}
+
+template <typename Traits>
+__device__ __forceinline__ void transpose_v_tiles(const Fp8SharedStorage<Traits>& smem,
+                                                  const ForwardTile& tile, int warp) {
+  const int lane = threadIdx.x & 31;
+  const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
+  constexpr int kUnits = Traits::kPanels * 8;  // (panel, step) pairs
+  for (int j = 0; j < num_tiles; ++j) {
+    const int stage = j % Traits::kStages;
+    mbarrier_wait(smem.v_full(stage), static_cast<std::uint32_t>(j / Traits::kStages) & 1u);
+    wait_buffer_empty(smem.vt_empty(stage), Traits::kStages, j);
+    for (int unit = warp; unit < kUnits; unit += Traits::kTransposeWarps) {
+      transpose_step<Traits>(smem.v(stage), smem.vt(stage), unit / 8, unit % 8);
+    }
+    ptx::fence_shared_to_async();  // the stores, visible to the consumers' wgmma
+    __syncwarp();
+    if (lane == 0) {
+      ptx::mbarrier_arrive(smem.vt_full(stage));
+      ptx::mbarrier_arrive(smem.v_empty(stage));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumers
+// ---------------------------------------------------------------------------------------------
+
+// S = Q K(stage)^T: kHeadDim/32 k32 steps (the padded columns of D = 64 are skipped).
+template <typename Traits>
+__device__ __forceinline__ void issue_scores(float (&s)[Traits::kNTiles][4],
+                                             const Fp8SharedStorage<Traits>& smem, int consumer,
+                                             int stage) {
+  using Mma = ptx::WgmmaFp8Shape<Traits::kBlockN>;
+  const std::uint64_t q_desc =
+      ptx::smem_descriptor<ptx::Major::k>(smem.q() + consumer * 64 * 128, 0);
+  const std::uint64_t k_desc = ptx::smem_descriptor<ptx::Major::k>(smem.k(stage), 0);
+  auto& acc = reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Traits::kHeadDim / 32; ++kk) {
+    const std::uint32_t q_step = (kk / 4) * Traits::kQPanelBytes + (kk % 4) * 32;
+    const std::uint32_t k_step = (kk / 4) * Traits::kKVPanelBytes + (kk % 4) * 32;
+    Mma::ss(acc, ptx::advance_descriptor(q_desc, q_step), ptx::advance_descriptor(k_desc, k_step),
+            kk > 0 ? 1 : 0);
+  }
+  ptx::wgmma_commit();
+}
+
+// O += P Vt(stage)^T: kBlockN/32 k32 steps, P's e4m3 fragments from registers.
+template <typename Traits>
+__device__ __forceinline__ void issue_pv(float (&o)[Traits::kDTiles][4],
+                                         const std::uint32_t (&p)[Traits::kPSteps][4],
+                                         const Fp8SharedStorage<Traits>& smem, int stage) {
+  using Mma = ptx::WgmmaFp8Shape<Traits::kHeadDim>;
+  const std::uint64_t vt_desc = ptx::smem_descriptor<ptx::Major::k>(smem.vt(stage), 0);
+  auto& acc = reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Traits::kPSteps; ++kk) {
+    Mma::rs(acc, p[kk], ptx::advance_descriptor(vt_desc, kk * 32), 1);
+  }
+  ptx::wgmma_commit();
+}
+
+// P (float, score layout) -> e4m3 A fragments with the key renumbering of the header: step kk
+// covers 8-key tiles 4kk .. 4kk + 3; register r = (row half) + 2 (16-key half).
+template <typename Traits>
+__device__ __forceinline__ void convert_p(std::uint32_t (&p)[Traits::kPSteps][4],
+                                          const float (&s)[Traits::kNTiles][4]) {
+#pragma unroll
+  for (int kk = 0; kk < Traits::kPSteps; ++kk)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float(&a)[4] = s[4 * kk + 2 * half];
+      const float(&b)[4] = s[4 * kk + 2 * half + 1];
+      p[kk][2 * half] = pack_e4m3x4(a[0], a[1], b[0], b[1]);      // row g
+      p[kk][2 * half + 1] = pack_e4m3x4(a[2], a[3], b[2], b[3]);  // row g + 8
+    }
+}
+
+// The online softmax of common/forward_steps.cuh with P scaled by 2^kPOffsetLog2.
+inline constexpr float kPOffsetLog2 = 8.0f;
+
+template <typename Traits>
+__device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_fp8(
+    float (&s)[1][Traits::kNTiles][4], float (&row_max)[1][2], float (&row_sum)[1][2],
+    float scale_log2) {
+  SoftmaxCorrection<Traits> correction;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < Traits::kNTiles; ++nt)
+      tile_max = fmaxf(tile_max, fmaxf(s[0][nt][2 * half], s[0][nt][2 * half + 1]));
+    tile_max = quad_max(tile_max);
+    const float new_max = fmaxf(row_max[0][half], tile_max);
+    const float reference = new_max == -INFINITY ? 0.0f : new_max;
+    correction.factor[0][half] = fast_exp2((row_max[0][half] - reference) * scale_log2);
+    correction.max_moved |= new_max != row_max[0][half];
+    row_max[0][half] = new_max;
+    row_sum[0][half] *= correction.factor[0][half];
+    const float offset = kPOffsetLog2 - reference * scale_log2;
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < Traits::kNTiles; ++nt)
+#pragma unroll
+      for (int c = 2 * half; c < 2 * half + 2; ++c) {
+        s[0][nt][c] = fast_exp2(fmaf(s[0][nt][c], scale_log2, offset));
+        sum += s[0][nt][c];
+      }
+    row_sum[0][half] += sum;
+  }
+  return correction;
+}
+
+// wgmma.wait_group 0, made to come after `x` (a value computed from every exponential of the
+// softmax: the row sums). A plain wait has no register operands, and ptxas hoists it above the
+// softmax (seen in the SASS: WARPGROUP.DEPBAR before the MUFU.EX2s), which serialises the softmax
+// behind the running P V product. Here the wait sits in both arms of a branch on a warp vote over
+// x, so it cannot move above the code that computes x; both arms wait (a predicated wait made
+// ptxas serialise every wgmma instead). The asm texts differ so that the compiler does not merge
+// the arms back into one unconditional wait.
+__device__ __forceinline__ void wgmma_wait_all_after(float x) {
+#if FLASHPP_WGMMA_AVAILABLE
+  if (__any_sync(0xffffffffu, __float_as_uint(x) == 0xFFFFFFFFu)) {
+    asm volatile("wgmma.wait_group.sync.aligned 0; // after the softmax (rare arm)\n" ::: "memory");
+  } else {
+    asm volatile("wgmma.wait_group.sync.aligned 0; // after the softmax\n" ::: "memory");
+  }
+#endif
+}
+
+__device__ __forceinline__ float descale_at(const float* d, const std::int64_t (&strides)[2],
+                                            std::int64_t b, std::int64_t h_kv) {
+  return d == nullptr ? 1.0f : d[b * strides[0] + h_kv * strides[1]];
+}
+
+// O / row sum * v_descale -> f16/bf16, stored from the accumulator layout (rows < Nq, columns
+// < D); lse = max * scale_qk + ln(sum) - 8 ln 2.
+template <typename Traits>
+__device__ __forceinline__ void write_output_fp8(const float (&o)[1][Traits::kDTiles][4],
+                                                 const float (&row_max)[1][2],
+                                                 const float (&row_sum)[1][2],
+                                                 const ForwardParams& p, const ForwardTile& tile,
+                                                 std::int64_t row0, float scale_qk, float v_scale,
+                                                 int lane) {
+  using Out = typename Traits::Out;
+  const int g = lane >> 2, t = lane & 3;
+  Out* o_base = static_cast<Out*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t i = row0 + g + 8 * half;
+    const float sum = quad_sum(row_sum[0][half]);
+    const bool empty_row = !(sum > 0.0f);
+    const float factor = empty_row ? 0.0f : v_scale / sum;
+    if (i < p.Nq) {
+      Out* row = o_base + i * p.o_row_stride;
+#pragma unroll
+      for (int dt = 0; dt < Traits::kDTiles; ++dt) {
+        const int col = dt * 8 + 2 * t;
+        if (col < p.head_dim) {
+          *reinterpret_cast<std::uint32_t*>(row + col) =
+              pack_pair<Out>(o[0][dt][2 * half] * factor, o[0][dt][2 * half + 1] * factor);
+        }
+      }
+      if (p.lse != nullptr && t == 0) {
+        const float lse = empty_row ? -INFINITY
+                                    : row_max[0][half] * scale_qk + logf(sum) - kPOffsetLog2 * kLn2;
+        p.lse[tile.b * p.lse_batch_stride + tile.h * p.lse_head_stride + i * p.lse_row_stride] = lse;
+      }
+    }
+  }
+}
+
+template <typename Traits>
+__device__ __forceinline__ void consumer_mainloop_fp8(const Sm90ForwardParams& params,
+                                                      const Fp8SharedStorage<Traits>& smem,
+                                                      const ForwardTile& tile, int consumer) {
+  const ForwardParams& p = params.args;
+  const int lane = threadIdx.x & 31;
+  const int warp_in_group = (threadIdx.x / 32) & 3;
+  const std::int64_t row0 = tile.m0 + consumer * 64 + warp_in_group * 16;
+  const float qk_descale = descale_at(p.q_descale, p.q_descale_strides, tile.b, tile.h_kv) *
+                           descale_at(p.k_descale, p.k_descale_strides, tile.b, tile.h_kv);
+  const float scale_log2 = p.scale_log2 * qk_descale;
+  const float v_scale = descale_at(p.v_descale, p.v_descale_strides, tile.b, tile.h_kv);
+
+  float o[1][Traits::kDTiles][4];
+  float row_max[1][2] = {{-INFINITY, -INFINITY}};
+  float row_sum[1][2] = {{0.0f, 0.0f}};
+#pragma unroll
+  for (int dt = 0; dt < Traits::kDTiles; ++dt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) o[0][dt][c] = 0.0f;
+
+  const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
+  if (num_tiles > 0) {
+    // Key tile indices fit 32 bits (Nk < 2^32, 128 keys a tile); 32-bit copies of the loop's
+    // bounds keep registers free for D = 256 (the 64-bit ones spilled).
+    const int last_block = static_cast<int>(tile.keys.end - 1);
+    const int unmasked_begin = static_cast<int>(
+        tile.keys.unmasked_begin < tile.keys.begin ? tile.keys.begin
+        : tile.keys.unmasked_begin > tile.keys.end ? tile.keys.end : tile.keys.unmasked_begin);
+    const int unmasked_end = static_cast<int>(
+        tile.keys.unmasked_end < tile.keys.begin ? tile.keys.begin
+        : tile.keys.unmasked_end > tile.keys.end ? tile.keys.end : tile.keys.unmasked_end);
+    auto softmax_steps = [&](float (&s)[1][Traits::kNTiles][4], int n_block) {
+      if (n_block < unmasked_begin || n_block >= unmasked_end) {
+        apply_mask<Traits>(s, p, row0, static_cast<std::int64_t>(n_block) * Traits::kBlockN, lane);
+      }
+      return online_softmax_fp8<Traits>(s, row_max, row_sum, scale_log2);
+    };
+    std::uint32_t p_frag[Traits::kPSteps][4];
+    const IssueTurns<Traits::kConsumers> turns{consumer};
+    turns.start();
+    mbarrier_wait(smem.q_full(), 0);
+    {
+      float s[1][Traits::kNTiles][4];
+      mbarrier_wait(smem.k_full(0), 0);
+      turns.wait();
+      issue_scores<Traits>(s[0], smem, consumer, 0);
+      turns.pass(false);
+      ptx::wgmma_wait<0>();
+      ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
+      release_buffer(smem.k_empty(0), lane);
+      softmax_steps(s, last_block);
+      convert_p<Traits>(p_frag, s[0]);
+    }
+    for (int j = 1; j < num_tiles; ++j) {
+      const int stage = j % Traits::kStages, prev_stage = (j - 1) % Traits::kStages;
+      const std::uint32_t phase = (j / Traits::kStages) & 1u;
+      const std::uint32_t prev_phase = ((j - 1) / Traits::kStages) & 1u;
+      float s[1][Traits::kNTiles][4];
+      mbarrier_wait(smem.k_full(stage), phase);
+      mbarrier_wait(smem.vt_full(prev_stage), prev_phase);
+      turns.wait();
+      issue_scores<Traits>(s[0], smem, consumer, stage);
+      issue_pv<Traits>(o[0], p_frag, smem, prev_stage);
+      turns.pass(false);
+      ptx::wgmma_wait<1>();  // S(j) has landed; P(j-1) V(j-1) may still run
+      ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
+      release_buffer(smem.k_empty(stage), lane);
+      const SoftmaxCorrection<Traits> correction = softmax_steps(s, last_block - j);
+      // The softmax above must run while P(j-1) V(j-1) does: wait only after it (see
+      // wgmma_wait_all_after).
+      wgmma_wait_all_after(row_sum[0][0] + row_sum[0][1]);
+      ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o));
+      ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockN / 8]>(p_frag));
+      release_buffer(smem.vt_empty(prev_stage), lane);
+      rescale_output<Traits>(o, correction);
+      convert_p<Traits>(p_frag, s[0]);
+    }
+    const int last = num_tiles - 1;
+    mbarrier_wait(smem.vt_full(last % Traits::kStages), (last / Traits::kStages) & 1u);
+    turns.wait();
+    issue_pv<Traits>(o[0], p_frag, smem, last % Traits::kStages);
+    turns.pass(true);
+    ptx::wgmma_wait<0>();
+    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o));
+  }
+  write_output_fp8<Traits>(o, row_max, row_sum, p, tile, row0, p.scale * qk_descale, v_scale, lane);
+}
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    flash_fwd_fp8_sm90_kernel(const __grid_constant__ Sm90ForwardParams params) {
+#if FLASHPP_WGMMA_AVAILABLE
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  poison_dynamic_smem(smem_raw);  // test builds only (poison.cuh)
+  const Fp8SharedStorage<Traits> smem{smem_raw};
+  const ForwardTile tile = forward_tile<Traits>(params.args);
+
+  if (threadIdx.x == 0) {
+    ptx::mbarrier_init(smem.q_full(), 1);
+    for (int s = 0; s < Traits::kStages; ++s) {
+      ptx::mbarrier_init(smem.k_full(s), 1);
+      ptx::mbarrier_init(smem.v_full(s), 1);
+      ptx::mbarrier_init(smem.k_empty(s), 4 * Traits::kConsumers);  // one arrival per warp
+      ptx::mbarrier_init(smem.v_empty(s), Traits::kTransposeWarps);
+      ptx::mbarrier_init(smem.vt_full(s), Traits::kTransposeWarps);
+      ptx::mbarrier_init(smem.vt_empty(s), 4 * Traits::kConsumers);
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int warpgroup = ptx::warpgroup_index();
+  if (warpgroup == 0) {
+    ptx::release_registers<Traits::kProducerRegisters>();
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    if (!tile.keys.empty()) {
+      if (warp == 0) {
+        if (threadIdx.x == 0) load_tiles<Traits>(params, smem, tile);
+      } else {
+        transpose_v_tiles<Traits>(smem, tile, warp - 1);
+      }
+    }
+  } else {
+    ptx::claim_registers<Traits::kConsumerRegisters>();
+    consumer_mainloop_fp8<Traits>(params, smem, tile, warpgroup - 1);
+  }
+#endif
+}
+
+}  // namespace flashpp::cuda::sm90::fp8

@@ -1,0 +1,106 @@
+"""flashpp.distributed with torch: the zigzag helpers, the simulated ring (every rank in one
+process; CPU float32, and CUDA fp16/bf16 where a GPU is present) and the real driver,
+ring_attention with autograd, over torch.distributed's gloo backend on the CPU with 2-4
+processes (the NCCL run on GPUs is tests/distributed/ring_torch_check.py)."""
+import os
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import flashpp  # noqa: E402
+import flashpp.distributed as fd  # noqa: E402
+
+
+def _rel(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_zigzag_split_unsplit_roundtrip(world):
+    x = torch.arange(2 * 3 * 2 * world * 5).reshape(2, 2 * world * 3, 1, 5)
+    parts = [fd.zigzag_split(x, world, r) for r in range(world)]
+    assert torch.equal(fd.zigzag_unsplit(parts), x)
+    assert parts[0][0, 0, 0, 0].item() == 0
+    assert parts[0][0, 3, 0, 0].item() == x[0, 3 * (2 * world - 1), 0, 0].item()
+    with pytest.raises(ValueError):
+        fd.zigzag_split(x[:, :-1], world, 0)
+
+
+def _case(device, dtype, N, Hq, Hkv, D=64, B=1, seed=0):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    mk = lambda h: torch.randn(B, N, h, D, generator=g).to(device=device, dtype=dtype)  # noqa: E731
+    return mk(Hq), mk(Hkv), mk(Hkv), mk(Hq)
+
+
+def _whole(q, k, v, dout, causal):
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    o = flashpp.attention(q, k, v, causal=causal)
+    o.backward(dout)
+    return o.detach(), q.grad, k.grad, v.grad
+
+
+def _check_simulated(device, dtype, world, causal, Hq, Hkv, tol):
+    N = 2 * world * 16
+    q, k, v, dout = _case(device, dtype, N, Hq, Hkv)
+    o, dq, dk, dv = _whole(q, k, v, dout, causal)
+    split = lambda t: [fd.zigzag_split(t, world, r) for r in range(world)]  # noqa: E731
+    fwd, bwd = fd.simulate_ring_attention(split(q), split(k), split(v), split(dout),
+                                          causal=causal)
+    assert _rel(fd.zigzag_unsplit([f[0] for f in fwd]), o) < tol
+    for i, want in enumerate((dq, dk, dv)):
+        assert _rel(fd.zigzag_unsplit([b[i] for b in bwd]), want) < tol, "dq dk dv"[3 * i:3 * i + 2]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("causal", [False, True])
+def test_simulated_ring_cpu(world, causal):
+    _check_simulated("cpu", torch.float32, world, causal, 4, 2, 1e-5)
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and flashpp.cuda_available()),
+                    reason="needs a CUDA device and flashpp's CUDA backend")
+@pytest.mark.parametrize("world", [2, 3, 4, 8])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_simulated_ring_cuda(world, causal, dtype):
+    tol = 2e-2 if dtype == "bfloat16" else 4e-3
+    _check_simulated("cuda", getattr(torch, dtype), world, causal, 8, 2, tol)
+
+
+def _gloo_worker(rank, world, init_file, causal, Hq, Hkv, chunks, errors):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
+    try:
+        q, k, v, dout = _case("cpu", torch.float32, 2 * world * 8, Hq, Hkv, D=32, B=2)
+        o, dq, dk, dv = _whole(q, k, v, dout, causal)
+        loc = [fd.zigzag_split(t, world, rank).requires_grad_() for t in (q, k, v)]
+        o_loc, lse = fd.ring_attention(*loc, causal=causal, head_chunks=chunks, return_lse=True)
+        o_loc.backward(fd.zigzag_split(dout, world, rank))
+        got = [fd.zigzag_gather(t.detach() if t.grad is None else t, dim=1)
+               for t in (o_loc.detach(), loc[0].grad, loc[1].grad, loc[2].grad)]
+        errors[rank] = [_rel(a, b) for a, b in zip(got, (o, dq, dk, dv))]
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world,causal,heads,chunks", [
+    (2, True, (4, 2), None), (2, False, (4, 4), 2), (3, True, (6, 3), 3), (4, True, (4, 1), 1),
+    (4, False, (2, 2), None)])
+def test_ring_attention_gloo(world, causal, heads, chunks):
+    mp = torch.multiprocessing.get_context("spawn")
+    errors = mp.Manager().dict()
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [mp.Process(target=_gloo_worker,
+                            args=(r, world, os.path.join(tmp, "init"), causal, *heads, chunks,
+                                  errors)) for r in range(world)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(120)
+        assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    for r in range(world):
+        assert max(errors[r]) < 1e-5, (r, errors[r])

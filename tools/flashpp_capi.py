@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""flashpp's CPU backend against torch's CPU SDPA, in one process, through the C API (ctypes over
+libflashpp.so): no Python extension build needed.
+
+    python3 tools/flashpp_capi.py --lib build/libflashpp.so --threads 2 [--N 4096 --D 128 --H 8]
+
+Run one process per thread count: flashpp's OpenMP reads OMP_NUM_THREADS when it starts (this
+script sets it before loading the library), torch gets torch.set_num_threads. Prints one line per
+(dtype, causal, direction): GFLOPS of both and their ratio, plus the largest difference between
+the two outputs (relative to the largest output magnitude) as a sanity check. FLOPs: forward
+4*B*H*N*N*D (halved when causal), backward 2.5x the forward.
+"""
+import argparse
+import ctypes
+import math
+import os
+import statistics
+import sys
+import time
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("device_type", ctypes.c_int),
+                ("device_index", ctypes.c_int32), ("rank", ctypes.c_int32),
+                ("sizes", ctypes.c_int64 * 4), ("strides", ctypes.c_int64 * 4)]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [("softmax_scale", ctypes.c_float), ("causal", ctypes.c_int32),
+                ("alignment", ctypes.c_int), ("window_left", ctypes.c_int64),
+                ("window_right", ctypes.c_int64), ("softcap", ctypes.c_float),
+                ("dropout_p", ctypes.c_float), ("seed", ctypes.c_uint64), ("offset", ctypes.c_uint64),
+                ("deterministic", ctypes.c_int32), ("write_lse", ctypes.c_int32),
+                ("backend", ctypes.c_int)]
+
+
+DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2}
+
+
+class Flashpp:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        L = self.lib
+        L.flashpp_make_bhnd.restype = Tensor
+        L.flashpp_make_bhnd.argtypes = [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_int64] * 4 + [
+            ctypes.c_int, ctypes.c_int32]
+        L.flashpp_make_lse.restype = Tensor
+        L.flashpp_make_lse.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 3 + [ctypes.c_int,
+                                                                                   ctypes.c_int32]
+        L.flashpp_options_default.restype = Options
+        P = ctypes.POINTER(Tensor)
+        L.flashpp_forward.argtypes = [P, P, P, P, P, ctypes.POINTER(Options), ctypes.c_void_p]
+        L.flashpp_backward.argtypes = [P] * 9 + [ctypes.POINTER(Options), ctypes.c_void_p]
+        L.flashpp_last_error.restype = ctypes.c_char_p
+        L.flashpp_cpu_kernel.restype = ctypes.c_char_p
+        L.flashpp_cpu_kernel.argtypes = [ctypes.c_int, ctypes.c_int]
+
+    def kernel(self, dtype, backward):
+        return self.lib.flashpp_cpu_kernel(DTYPE_CODES[dtype], int(backward)).decode()
+
+    def view(self, t, dtype):  # t: torch tensor [B, H, N, D], contiguous
+        B, H, N, D = t.shape
+        return self.lib.flashpp_make_bhnd(t.data_ptr(), DTYPE_CODES[dtype], B, N, H, D, 0, 0)
+
+    def options(self, causal):
+        o = self.lib.flashpp_options_default()
+        o.causal = int(causal)
+        o.backend = 1  # FLASHPP_BACKEND_CPU
+        return o
+
+    def check(self, status):
+        if status != 0:
+            raise RuntimeError(self.lib.flashpp_last_error().decode())
+
+
+def median_seconds(fn, reps, warmup=1):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--B", type=int, default=1)
+    ap.add_argument("--H", type=int, default=8)
+    ap.add_argument("--N", type=int, default=4096)
+    ap.add_argument("--D", type=int, default=128)
+    ap.add_argument("--dtypes", default="f32,bf16")
+    ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--deadline", type=float, default=0, help="epoch seconds: skip what starts later")
+    args = ap.parse_args()
+
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before libflashpp (and its OpenMP) loads
+    fp = Flashpp(args.lib)
+    import torch
+    torch.set_num_threads(args.threads)
+    tdt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+    B, H, N, D = args.B, args.H, args.N, args.D
+    print(f"# threads={args.threads} B={B} H={H} N={N} D={D} torch={torch.__version__} "
+          f"torch_threads={torch.get_num_threads()}", flush=True)
+    for dt in args.dtypes.split(","):
+        for causal in [bool(int(c)) for c in args.causal.split(",")]:
+            if args.deadline and time.time() > args.deadline:
+                print(f"SKIP {dt} causal={int(causal)}: deadline", flush=True)
+                continue
+            g = torch.Generator().manual_seed(0)
+            q, k, v, do = (torch.randn(B, H, N, D, generator=g).to(tdt[dt]) for _ in range(4))
+            o = torch.empty_like(q)
+            lse = torch.empty(B, H, N, dtype=torch.float32)
+            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+            V = {n: fp.view(t, dt) for n, t in dict(q=q, k=k, v=v, o=o, do=do, dq=dq, dk=dk, dv=dv).items()}
+            L = fp.lib.flashpp_make_lse(lse.data_ptr(), B, H, N, 0, 0)
+            opt = fp.options(causal)
+            R = ctypes.byref
+            fwd = lambda: fp.check(fp.lib.flashpp_forward(R(V["q"]), R(V["k"]), R(V["v"]), R(V["o"]), R(L), R(opt), None))
+            bwd = lambda: fp.check(fp.lib.flashpp_backward(R(V["q"]), R(V["k"]), R(V["v"]), R(V["o"]), R(L), R(V["do"]),
+                                                           R(V["dq"]), R(V["dk"]), R(V["dv"]), R(opt), None))
+            flops = 4.0 * B * H * N * N * D * (0.5 if causal else 1.0)
+            t_fp_f = median_seconds(fwd, args.reps)
+            t_fp_b = median_seconds(bwd, args.reps)
+            # torch's CPU SDPA, same tensors
+            qt, kt, vt = (t.clone().requires_grad_(True) for t in (q, k, v))
+            sdpa = torch.nn.functional.scaled_dot_product_attention
+            with torch.no_grad():
+                ref = sdpa(q, k, v, is_causal=causal)
+            t_t_f = median_seconds(lambda: sdpa(q, k, v, is_causal=causal), args.reps)
+
+            def torch_bwd_once():
+                for t in (qt, kt, vt):
+                    t.grad = None  # one backward's gradient, not a sum over repetitions
+                out = sdpa(qt, kt, vt, is_causal=causal)
+                t0 = time.perf_counter()
+                out.backward(do)
+                return time.perf_counter() - t0
+
+            torch_bwd_once()
+            t_t_b = statistics.median(torch_bwd_once() for _ in range(args.reps))
+            scale = ref.float().abs().max().item()
+            diff_o = (o.float() - ref.float()).abs().max().item() / scale
+            dq_ref = qt.grad.float()
+            diff_dq = (dq.float() - dq_ref).abs().max().item() / max(dq_ref.abs().max().item(), 1e-30)
+            for direction, tf, tt, f in (("fwd", t_fp_f, t_t_f, flops), ("bwd", t_fp_b, t_t_b, 2.5 * flops)):
+                gf, gt = f / tf / 1e9, f / tt / 1e9
+                kern = fp.kernel(dt, direction == "bwd").split(";")[0]
+                print(f"ROW threads={args.threads} dtype={dt} causal={int(causal)} dir={direction} "
+                      f"flashpp={gf:.0f} torch={gt:.0f} ratio={gf / gt:.2f} "
+                      f"maxdiff={diff_o if direction == 'fwd' else diff_dq:.1e} kernel=\"{kern}\"", flush=True)
+
+
+if __name__ == "__main__":
+    main()
