@@ -5,6 +5,8 @@
 #                   (GPU_CHECK_ARGS="--quick --fwd-only" etc.: see tools/gpu_check.sh)
 #   make ring-gpu-check  on a machine with 2 GPUs: ring attention checks and scaling
 #                   (RING_CHECK_ARGS="--deadline 540": see tools/ring_gpu_check.sh)
+#   make decode-check  on a GPU machine: KV-cache decoding / varlen tests, sanitizer and benchmarks
+#                   (DECODE_CHECK_ARGS="--quick --deadline 300": see tools/decode_gpu_check.sh)
 # Variables: BUILD (build dir, default build), JOBS (parallel jobs, default all cores),
 #            CUDA (AUTO|ON|OFF, default AUTO: the CUDA backend is built when nvcc is found).
 
@@ -13,7 +15,7 @@ JOBS ?= $(shell nproc)
 CUDA ?= AUTO
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build bench test test-cpp test-python gpu-check ring-gpu-check clean
+.PHONY: all deps configure build bench test test-cpp test-python gpu-check ring-gpu-check decode-check clean
 
 all: build
 
@@ -44,6 +46,9 @@ gpu-check:
 
 ring-gpu-check:
 	@bash tools/ring_gpu_check.sh $(RING_CHECK_ARGS)
+
+decode-check:
+	@bash tools/decode_gpu_check.sh $(DECODE_CHECK_ARGS)
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log

@@ -31,7 +31,10 @@ class Options(ctypes.Structure):
                 ("window_right", ctypes.c_int64), ("softcap", ctypes.c_float),
                 ("dropout_p", ctypes.c_float), ("seed", ctypes.c_uint64), ("offset", ctypes.c_uint64),
                 ("deterministic", ctypes.c_int32), ("write_lse", ctypes.c_int32),
-                ("backend", ctypes.c_int)]
+                ("backend", ctypes.c_int),
+                # FP8 descale factors (flashpp.h): the struct must match the C one in size.
+                ("q_descale", ctypes.POINTER(Tensor)), ("k_descale", ctypes.POINTER(Tensor)),
+                ("v_descale", ctypes.POINTER(Tensor))]
 
 
 DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2}

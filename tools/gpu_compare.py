@@ -45,7 +45,11 @@ class Options(ctypes.Structure):
                 ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64),
                 ("softcap", ctypes.c_float), ("dropout_p", ctypes.c_float),
                 ("seed", ctypes.c_uint64), ("offset", ctypes.c_uint64),
-                ("deterministic", ctypes.c_int32), ("write_lse", ctypes.c_int32), ("backend", ctypes.c_int32)]
+                ("deterministic", ctypes.c_int32), ("write_lse", ctypes.c_int32), ("backend", ctypes.c_int32),
+                # FP8 descale factors (flashpp.h): without them flashpp_options_default would
+                # write past this struct, and the library would read garbage pointers.
+                ("q_descale", ctypes.POINTER(Tensor)), ("k_descale", ctypes.POINTER(Tensor)),
+                ("v_descale", ctypes.POINTER(Tensor))]
 
 
 DTYPE_CODES = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 0}

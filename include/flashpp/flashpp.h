@@ -50,7 +50,8 @@ typedef enum flashpp_dtype {
   FLASHPP_F16 = 1,
   FLASHPP_BF16 = 2,
   FLASHPP_F64 = 3,
-  FLASHPP_E4M3 = 4
+  FLASHPP_E4M3 = 4,
+  FLASHPP_I32 = 5 /* index tensors only: cu_seqlens, cache_seqlens, block_table */
 } flashpp_dtype;
 
 typedef enum flashpp_device_type { FLASHPP_CPU = 0, FLASHPP_CUDA = 1 } flashpp_device_type;
@@ -169,6 +170,55 @@ FLASHPP_C_API flashpp_status flashpp_backward_with_workspace(
     const flashpp_tensor* o, const flashpp_tensor* lse, const flashpp_tensor* dout,
     const flashpp_tensor* dq, const flashpp_tensor* dk, const flashpp_tensor* dv,
     const flashpp_options* options, void* stream, void* workspace, size_t workspace_bytes);
+
+/* ------------------------------------------------------------------------------------------- */
+/* Inference: KV-cache decoding and variable-length batches (see flashpp.hpp for the semantics) */
+/* ------------------------------------------------------------------------------------------- */
+/* The cache: k_cache, v_cache [B, capacity, Hkv, D], or [num_pages, page_size, Hkv, D] with a
+ * block_table int32 [B, max_pages]; cache_seqlens int32 [B]; k_new, v_new [B, Nnew, Hkv, D]
+ * appended at cache_seqlens first. block_table, k_new and v_new may be NULL. */
+typedef struct flashpp_kv_cache {
+  const flashpp_tensor* k_cache;
+  const flashpp_tensor* v_cache;
+  const flashpp_tensor* cache_seqlens;
+  const flashpp_tensor* block_table; /* NULL: contiguous cache */
+  const flashpp_tensor* k_new;       /* NULL: nothing appended */
+  const flashpp_tensor* v_new;
+  int32_t validate_indices; /* 1: check the index contents on the host (CUDA: synchronises) */
+} flashpp_kv_cache;
+
+/* A cache with validate_indices = 1 and every pointer NULL. */
+FLASHPP_C_API flashpp_kv_cache flashpp_kv_cache_default(void);
+
+FLASHPP_C_API flashpp_status flashpp_forward_kvcache_workspace_size(
+    const flashpp_tensor* q, const flashpp_kv_cache* cache, const flashpp_options* options,
+    size_t* bytes);
+/* o = attention of q [B, Nq, Hq, D] over each sequence's cached (and appended) keys, causal and
+ * windows aligned bottom-right; lse float32 [B, Hq, Nq] (NULL when options->write_lse is 0).
+ * workspace may be NULL (flashpp allocates) or hold at least the reported bytes. */
+FLASHPP_C_API flashpp_status flashpp_forward_kvcache(
+    const flashpp_tensor* q, const flashpp_kv_cache* cache, const flashpp_tensor* o,
+    const flashpp_tensor* lse, const flashpp_options* options, void* stream, void* workspace,
+    size_t workspace_bytes);
+
+/* Packed sequences: q, o, dout, dq [total_q, Hq, D]; k, v, dk, dv [total_k, Hkv, D];
+ * lse float32 [Hq, total_q]; cu_seqlens_* int32 [B + 1]. */
+typedef struct flashpp_packed_batch {
+  const flashpp_tensor* cu_seqlens_q;
+  const flashpp_tensor* cu_seqlens_k;
+  int64_t max_seqlen_q;
+  int64_t max_seqlen_k;
+} flashpp_packed_batch;
+
+FLASHPP_C_API flashpp_status flashpp_forward_varlen(
+    const flashpp_tensor* q, const flashpp_tensor* k, const flashpp_tensor* v,
+    const flashpp_packed_batch* batch, const flashpp_tensor* o, const flashpp_tensor* lse,
+    const flashpp_options* options, void* stream);
+FLASHPP_C_API flashpp_status flashpp_backward_varlen(
+    const flashpp_tensor* q, const flashpp_tensor* k, const flashpp_tensor* v,
+    const flashpp_tensor* o, const flashpp_tensor* lse, const flashpp_tensor* dout,
+    const flashpp_tensor* dq, const flashpp_tensor* dk, const flashpp_tensor* dv,
+    const flashpp_packed_batch* batch, const flashpp_options* options, void* stream);
 
 /* ------------------------------------------------------------------------------------------- */
 /* Library                                                                                     */

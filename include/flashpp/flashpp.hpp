@@ -42,7 +42,9 @@ class Error : public std::runtime_error {
 // e4m3 (float8_e4m3fn: 1 sign, 4 exponent, 3 mantissa bits, no infinities, max 448) is a forward
 // input dtype only: q, k and v in e4m3 with optional float32 descale factors (Options), o in f16
 // or bf16, lse float32. See docs/fp8.md.
-enum class DType : int { f32 = 0, f16 = 1, bf16 = 2, f64 = 3, e4m3 = 4 };
+// i32 is for index tensors only (cu_seqlens, cache_seqlens, block_table), never for attention
+// data.
+enum class DType : int { f32 = 0, f16 = 1, bf16 = 2, f64 = 3, e4m3 = 4, i32 = 5 };
 enum class DeviceType : int { cpu = 0, cuda = 1 };
 
 struct Device {
@@ -178,6 +180,73 @@ void backward(const TensorView& q, const TensorView& k, const TensorView& v, con
               const TensorView& lse, const TensorView& dout, const TensorView& dq,
               const TensorView& dk, const TensorView& dv, const Options& options = {},
               void* stream = nullptr, const Workspace& workspace = {});
+
+// ---------------------------------------------------------------------------------------------
+// Inference: KV-cache decoding (contiguous or paged cache, optional append)
+// ---------------------------------------------------------------------------------------------
+// q [B, Nq, Hq, D] attends to the first cache_seqlens[b] (+ Nnew) keys of sequence b's cache.
+//
+//   contiguous cache: k_cache, v_cache are [B, capacity, Hkv, D]; block_table is empty.
+//   paged cache:      k_cache, v_cache are [num_pages, page_size, Hkv, D] (pages shared by all
+//                     sequences); block_table is int32 [B, max_pages] and key j of sequence b
+//                     lives in page block_table[b][j / page_size] at row j % page_size.
+//                     The CUDA backend needs page_size to be a multiple of 16.
+//   cache_seqlens:    int32 [B], the keys already in the cache for each sequence.
+//   k_new, v_new:     optional [B, Nnew, Hkv, D]: written into the cache at rows
+//                     cache_seqlens[b] .. cache_seqlens[b] + Nnew - 1 first (the cache is
+//                     modified in place; cache_seqlens is not), then attended to as well.
+//
+// Sequence b thus attends to Nk_b = cache_seqlens[b] + Nnew keys. The causal mask and the window
+// always align bottom-right (the last query sees the last key), as decoding needs; dropout is not
+// supported. lse is float32 [B, Hq, Nq] as for forward(); rows that see no key (Nk_b = 0, or a
+// window) give o = 0 and lse = -inf.
+//
+// Index tensors are validated element by element (decreasing or out-of-range lengths, page ids
+// outside [0, num_pages)) when validate_indices is true: on CUDA that copies them to the host,
+// a synchronisation (the CPU backends always check: they read the lengths on the host anyway).
+// With validate_indices = false nothing is copied; the CUDA kernels then
+// clamp lengths to the capacity and treat a page id out of range as a page of masked keys, so a
+// bad index never reads or writes out of bounds (but the result is meaningless).
+struct KvCache {
+  TensorView k_cache, v_cache;
+  TensorView cache_seqlens;
+  TensorView block_table;  // empty: contiguous cache
+  TensorView k_new, v_new; // empty: nothing to append
+  bool validate_indices = true;
+};
+
+std::size_t forward_kvcache_workspace_size(const TensorView& q, const KvCache& cache,
+                                           const Options& options = {});
+
+void forward_kvcache(const TensorView& q, const KvCache& cache, const TensorView& o,
+                     const TensorView& lse, const Options& options = {}, void* stream = nullptr,
+                     const Workspace& workspace = {});
+
+// ---------------------------------------------------------------------------------------------
+// Variable-length batches (packed sequences, no padding)
+// ---------------------------------------------------------------------------------------------
+// Sequence b has queries q[cu_seqlens_q[b] : cu_seqlens_q[b+1]] and keys/values
+// k[cu_seqlens_k[b] : cu_seqlens_k[b+1]]: q, o, dout, dq are [total_q, Hq, D]; k, v, dk, dv are
+// [total_k, Hkv, D]; lse is float32 [Hq, total_q]. cu_seqlens_* are int32 [B+1], start at 0,
+// never decrease and end at most at the tensors' lengths; max_seqlen_* bound every sequence's
+// length. Each sequence is an independent attention problem with the given options (causal
+// alignment and windows apply per sequence). The index contents are read on the host (on CUDA a
+// copy to the host, a synchronisation) and checked before anything runs. With dropout, sequence
+// b uses a seed derived from (options.seed, b), so that sequences get independent masks.
+struct PackedBatch {
+  TensorView cu_seqlens_q, cu_seqlens_k;
+  std::int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+};
+
+void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
+                    const PackedBatch& batch, const TensorView& o, const TensorView& lse,
+                    const Options& options = {}, void* stream = nullptr);
+
+void backward_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView& o, const TensorView& lse, const TensorView& dout,
+                     const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                     const PackedBatch& batch, const Options& options = {},
+                     void* stream = nullptr);
 
 // Whether flashpp was built with the CUDA backend, and whether a CUDA device is usable now.
 bool cuda_compiled() noexcept;

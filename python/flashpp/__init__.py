@@ -11,12 +11,16 @@ from . import _C
 from ._C import Options, cuda_available, cuda_compiled, dropout_keep_mask
 from ._fp8 import quantize_fp8
 from .functional import attention, attention_backward
+from .inference import attention_kvcache, attention_varlen, attention_varlen_backward
 
 __version__ = _C.version()
 
 __all__ = [
     "attention",
     "attention_backward",
+    "attention_kvcache",
+    "attention_varlen",
+    "attention_varlen_backward",
     "cuda_available",
     "cuda_compiled",
     "dropout_keep_mask",

@@ -18,6 +18,7 @@ const char* to_string(DType dtype) noexcept {
     case DType::bf16: return "bf16";
     case DType::f64: return "f64";
     case DType::e4m3: return "e4m3";
+    case DType::i32: return "i32";
   }
   return "unknown";
 }
@@ -33,6 +34,7 @@ std::size_t element_size(DType dtype) noexcept {
     case DType::bf16: return 2;
     case DType::f64: return 8;
     case DType::e4m3: return 1;
+    case DType::i32: return 4;
   }
   return 0;
 }

@@ -80,8 +80,8 @@ int raw_enum_value(const Enum& field) {
 flashpp::TensorView to_view(const char* call, const char* name, const flashpp_tensor* t) {
   require_non_null(call, name, t);
   const int dtype = raw_enum_value(t->dtype);
-  if (dtype < FLASHPP_F32 || dtype > FLASHPP_E4M3) {
-    invalid(call, std::string(name) + ": expected dtype FLASHPP_F32, F16, BF16, F64 or E4M3, got " +
+  if (dtype < FLASHPP_F32 || dtype > FLASHPP_I32) {
+    invalid(call, std::string(name) + ": expected dtype FLASHPP_F32, F16, BF16, F64, E4M3 or I32, got " +
                       std::to_string(dtype));
   }
   const int device = raw_enum_value(t->device_type);
@@ -284,6 +284,104 @@ flashpp_status flashpp_backward(const flashpp_tensor* q, const flashpp_tensor* k
                                 void* stream) {
   return flashpp_backward_with_workspace(q, k, v, o, lse, dout, dq, dk, dv, options, stream,
                                          nullptr, 0);
+}
+
+flashpp_kv_cache flashpp_kv_cache_default(void) {
+  flashpp_kv_cache c{};
+  c.validate_indices = 1;
+  return c;
+}
+
+namespace {
+flashpp::KvCache to_kv_cache(const char* call, const flashpp_kv_cache* c) {
+  require_non_null(call, "cache", c);
+  flashpp::KvCache r;
+  r.k_cache = to_view(call, "k_cache", c->k_cache);
+  r.v_cache = to_view(call, "v_cache", c->v_cache);
+  r.cache_seqlens = to_view(call, "cache_seqlens", c->cache_seqlens);
+  r.block_table = to_optional_view(call, "block_table", c->block_table);
+  r.k_new = to_optional_view(call, "k_new", c->k_new);
+  r.v_new = to_optional_view(call, "v_new", c->v_new);
+  r.validate_indices = c->validate_indices != 0;
+  return r;
+}
+
+flashpp::PackedBatch to_packed_batch(const char* call, const flashpp_packed_batch* b) {
+  require_non_null(call, "batch", b);
+  flashpp::PackedBatch r;
+  r.cu_seqlens_q = to_view(call, "batch.cu_seqlens_q", b->cu_seqlens_q);
+  r.cu_seqlens_k = to_view(call, "batch.cu_seqlens_k", b->cu_seqlens_k);
+  r.max_seqlen_q = b->max_seqlen_q;
+  r.max_seqlen_k = b->max_seqlen_k;
+  return r;
+}
+}  // namespace
+
+flashpp_status flashpp_forward_kvcache_workspace_size(const flashpp_tensor* q,
+                                                      const flashpp_kv_cache* cache,
+                                                      const flashpp_options* options,
+                                                      size_t* bytes) {
+  constexpr const char* call = "flashpp_forward_kvcache_workspace_size";
+  return guarded(call, [&] {
+    require_non_null(call, "bytes", bytes);
+    const auto Q = to_view(call, "q", q);
+    const auto C = to_kv_cache(call, cache);
+    *bytes = flashpp::forward_kvcache_workspace_size(Q, C, to_options(call, options));
+  });
+}
+
+flashpp_status flashpp_forward_kvcache(const flashpp_tensor* q, const flashpp_kv_cache* cache,
+                                       const flashpp_tensor* o, const flashpp_tensor* lse,
+                                       const flashpp_options* options, void* stream,
+                                       void* workspace, size_t workspace_bytes) {
+  constexpr const char* call = "flashpp_forward_kvcache";
+  return guarded(call, [&] {
+    const flashpp::Options opt = to_options(call, options);
+    if (lse == nullptr && opt.write_lse) {
+      invalid(call, "lse: expected a pointer (or options.write_lse = 0), got NULL");
+    }
+    const auto Q = to_view(call, "q", q);
+    const auto C = to_kv_cache(call, cache);
+    const auto O = to_view(call, "o", o), L = to_optional_view(call, "lse", lse);
+    flashpp::forward_kvcache(Q, C, O, L, opt, stream,
+                             flashpp::Workspace{workspace, workspace_bytes});
+  });
+}
+
+flashpp_status flashpp_forward_varlen(const flashpp_tensor* q, const flashpp_tensor* k,
+                                      const flashpp_tensor* v, const flashpp_packed_batch* batch,
+                                      const flashpp_tensor* o, const flashpp_tensor* lse,
+                                      const flashpp_options* options, void* stream) {
+  constexpr const char* call = "flashpp_forward_varlen";
+  return guarded(call, [&] {
+    const flashpp::Options opt = to_options(call, options);
+    if (lse == nullptr && opt.write_lse) {
+      invalid(call, "lse: expected a pointer (or options.write_lse = 0), got NULL");
+    }
+    const auto Q = to_view(call, "q", q), K = to_view(call, "k", k), V = to_view(call, "v", v);
+    const auto P = to_packed_batch(call, batch);
+    const auto O = to_view(call, "o", o), L = to_optional_view(call, "lse", lse);
+    flashpp::forward_varlen(Q, K, V, P, O, L, opt, stream);
+  });
+}
+
+flashpp_status flashpp_backward_varlen(const flashpp_tensor* q, const flashpp_tensor* k,
+                                       const flashpp_tensor* v, const flashpp_tensor* o,
+                                       const flashpp_tensor* lse, const flashpp_tensor* dout,
+                                       const flashpp_tensor* dq, const flashpp_tensor* dk,
+                                       const flashpp_tensor* dv,
+                                       const flashpp_packed_batch* batch,
+                                       const flashpp_options* options, void* stream) {
+  constexpr const char* call = "flashpp_backward_varlen";
+  return guarded(call, [&] {
+    const auto Q = to_view(call, "q", q), K = to_view(call, "k", k), V = to_view(call, "v", v);
+    const auto O = to_view(call, "o", o), L = to_view(call, "lse", lse);
+    const auto dO = to_view(call, "dout", dout);
+    const auto dQ = to_view(call, "dq", dq), dK = to_view(call, "dk", dk),
+               dV = to_view(call, "dv", dv);
+    const auto P = to_packed_batch(call, batch);
+    flashpp::backward_varlen(Q, K, V, O, L, dO, dQ, dK, dV, P, to_options(call, options), stream);
+  });
 }
 
 int flashpp_cuda_compiled(void) { return flashpp::cuda_compiled() ? 1 : 0; }

@@ -371,3 +371,21 @@ void validate_workspace(const char* call, const Workspace& ws, std::size_t neede
 }
 
 }  // namespace flashpp::detail
+
+namespace flashpp::detail {
+
+void fail_argument(ErrorCode code, const char* call, const std::string& name,
+                   const std::string& expected, const std::string& got) {
+  fail(code, call, name, expected, got);
+}
+void check_tensor(const char* call, const char* name, const TensorView& t, int rank,
+                  const char* dims) {
+  check_view(call, name, t, rank, dims);
+}
+void check_output_tensor(const char* call, const char* name, const TensorView& t) {
+  check_output_strides(call, name, t);
+}
+std::string shape_of(const TensorView& t) { return shape_string(t); }
+std::string device_name(const Device& d) { return device_string(d); }
+
+}  // namespace flashpp::detail

@@ -2,6 +2,8 @@
 // message of the form "<call>: <argument>: expected <what>, got <what>".
 #pragma once
 
+#include <string>
+
 #include "problem.hpp"
 
 namespace flashpp::detail {
@@ -32,5 +34,20 @@ Backend choose_backend(const char* call, const Problem& problem, const Options& 
 
 // Checks a caller-provided workspace is on the device and large enough.
 void validate_workspace(const char* call, const Workspace& ws, std::size_t needed);
+
+}  // namespace flashpp::detail
+
+namespace flashpp::detail {
+
+// The building blocks of the checks above, for the other entry points (src/api/inference.cpp).
+[[noreturn]] void fail_argument(ErrorCode code, const char* call, const std::string& name,
+                                const std::string& expected, const std::string& got);
+// Rank, sizes, strides (last one 1), 64-bit offsets, non-null data; `dims` names the dimensions.
+void check_tensor(const char* call, const char* name, const TensorView& t, int rank,
+                  const char* dims);
+// Outputs: no zero stride over a dimension of size > 1.
+void check_output_tensor(const char* call, const char* name, const TensorView& t);
+std::string shape_of(const TensorView& t);
+std::string device_name(const Device& d);
 
 }  // namespace flashpp::detail

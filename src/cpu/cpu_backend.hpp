@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <string>
 
-#include "../api/problem.hpp"
+#include "../api/inference_problem.hpp"
 
 namespace flashpp::cpu {
 
@@ -35,6 +35,10 @@ std::size_t backward_workspace_size(const detail::Problem& problem);
 // Name of the kernel flash_forward (backward = false) or flash_backward would run for `dtype`
 // on this machine now (FLASHPP_CPU_ISA included), e.g. "avx512 f32" or "amx bf16 (tiles)".
 std::string kernel_name(DType dtype, bool backward);
+
+// KV-cache decoding (src/cpu/kvcache.cpp): appends k_new/v_new, then runs the reference (when
+// `reference`) or the tiled forward per sequence over its cached keys. Needs host_seqlens.
+void forward_kvcache(const detail::KvCacheArgs& args, bool reference);
 
 }  // namespace flashpp::cpu
 

@@ -16,6 +16,7 @@ inline double load_element(const TensorView& t, std::int64_t offset) {
     case DType::f16: return half_to_float(static_cast<const std::uint16_t*>(t.data)[offset]);
     case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(t.data)[offset]);
     case DType::e4m3: return e4m3_to_float(static_cast<const std::uint8_t*>(t.data)[offset]);
+    case DType::i32: return static_cast<const std::int32_t*>(t.data)[offset];
   }
   return 0.0;
 }
@@ -33,6 +34,7 @@ inline void store_element(const TensorView& t, std::int64_t offset, double value
     case DType::e4m3:
       static_cast<std::uint8_t*>(t.data)[offset] = float_to_e4m3(static_cast<float>(value));
       break;
+    case DType::i32: static_cast<std::int32_t*>(t.data)[offset] = static_cast<std::int32_t>(value); break;
   }
 }
 

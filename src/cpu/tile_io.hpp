@@ -69,6 +69,7 @@ inline void convert_to_f32(const void* src, DType dtype, std::int64_t count, flo
       for (; i < count; ++i) dst[i] = detail::e4m3_to_float(s[i]) * scale;
       return;
     }
+    case DType::i32: return;  // an index dtype, never attention data (validation rejects it)
   }
 }
 
@@ -126,6 +127,7 @@ inline void convert_from_f32(const float* src, std::int64_t count, DType dtype, 
       for (; i < count; ++i) d[i] = detail::float_to_e4m3(src[i] * scale);
       return;
     }
+    case DType::i32: return;  // an index dtype, never attention data (validation rejects it)
   }
 }
 

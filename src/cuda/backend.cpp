@@ -3,11 +3,15 @@
 // live behind forward.hpp (src/cuda/sm80/forward/) and backward.hpp (src/cuda/backward/).
 #include <cuda_runtime.h>
 
+#include <exception>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "backward.hpp"
 #include "common/check_cuda.hpp"
 #include "cuda_backend.hpp"
+#include "decode.hpp"
 #include "families.hpp"
 #include "forward.hpp"
 
@@ -117,6 +121,97 @@ void forward(const detail::ForwardArgs& args) {
   if (!reason.empty()) throw Error(ErrorCode::unsupported, "flashpp::forward: " + reason);
   DeviceGuard guard(args.problem.device.index);
   run_forward(args);
+}
+
+std::string kvcache_unsupported_reason(const detail::KvCacheArgs& args) {
+  return decode_unsupported_reason(args);
+}
+
+std::size_t kvcache_workspace_size(const detail::KvCacheArgs& args) {
+  DeviceGuard guard(args.problem.device.index);
+  return decode_workspace_bytes(args);
+}
+
+void forward_kvcache(const detail::KvCacheArgs& args) {
+  DeviceGuard guard(args.problem.device.index);
+  const std::size_t bytes = decode_workspace_bytes(args);
+  if (bytes == 0 || args.workspace.data != nullptr) {
+    run_decode(args);
+    return;
+  }
+  StreamScratch scratch(bytes, static_cast<cudaStream_t>(args.stream));
+  detail::KvCacheArgs with_scratch = args;
+  with_scratch.workspace.data = scratch.data();
+  with_scratch.workspace.bytes = bytes;
+  run_decode(with_scratch);
+}
+
+namespace {
+
+constexpr int kForkStreams = 4;
+
+// The fork streams of one device: created on first use, kept for the process (non-blocking, so
+// they never synchronise with the legacy default stream behind the caller's back).
+struct ForkPool {
+  std::mutex mutex;
+  cudaStream_t streams[kForkStreams] = {};
+  bool ready = false;
+};
+
+ForkPool& fork_pool(int device) {
+  static ForkPool pools[64];
+  return pools[device >= 0 && device < 64 ? device : 0];
+}
+
+}  // namespace
+
+void run_forked(int device, void* stream, std::int64_t count,
+                const std::function<void(std::int64_t, void*)>& run) {
+  if (count <= 1) {
+    for (std::int64_t i = 0; i < count; ++i) run(i, stream);
+    return;
+  }
+  DeviceGuard guard(device);
+  ForkPool& pool = fork_pool(device);
+  std::lock_guard<std::mutex> lock(pool.mutex);  // one caller at a time on the pool's streams
+  if (!pool.ready) {
+    for (auto& s : pool.streams) {
+      check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate (fork)");
+    }
+    pool.ready = true;
+  }
+  const auto main = static_cast<cudaStream_t>(stream);
+  const int forks = static_cast<int>(count < kForkStreams ? count : kForkStreams);
+  cudaEvent_t start = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&start, cudaEventDisableTiming), "cudaEventCreate (fork)");
+  std::vector<cudaEvent_t> done(static_cast<std::size_t>(forks), nullptr);
+  std::exception_ptr failure;
+  try {
+    check_cuda(cudaEventRecord(start, main), "cudaEventRecord (fork)");
+    for (int f = 0; f < forks; ++f) {
+      check_cuda(cudaEventCreateWithFlags(&done[f], cudaEventDisableTiming), "cudaEventCreate (join)");
+      check_cuda(cudaStreamWaitEvent(pool.streams[f], start, 0), "cudaStreamWaitEvent (fork)");
+    }
+    for (std::int64_t i = 0; i < count; ++i) run(i, pool.streams[i % forks]);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // Join whatever was forked, even after a failure, so that `main` stays ordered after it.
+  for (int f = 0; f < forks; ++f) {
+    if (done[f] == nullptr) continue;
+    if (cudaEventRecord(done[f], pool.streams[f]) == cudaSuccess) cudaStreamWaitEvent(main, done[f], 0);
+    cudaEventDestroy(done[f]);
+  }
+  cudaEventDestroy(start);
+  if (failure) std::rethrow_exception(failure);
+}
+
+void copy_to_host(void* dst, const void* src, std::size_t bytes, int device, void* stream) {
+  DeviceGuard guard(device);
+  const auto s = static_cast<cudaStream_t>(stream);
+  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s),
+             "cudaMemcpyAsync (index tensor to the host)");
+  check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize (index tensor to the host)");
 }
 
 void backward(const detail::BackwardArgs& args) {

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
 
-#include "../api/problem.hpp"
+#include "../api/inference_problem.hpp"
 
 namespace flashpp::cuda {
 
@@ -23,5 +25,23 @@ std::string kernel_families(int device);
 
 void forward(const detail::ForwardArgs& args);
 void backward(const detail::BackwardArgs& args);
+
+// KV-cache decoding (src/cuda/sm80/decode/). `kvcache_unsupported_reason` is empty when the
+// decode kernels can run these (already validated) arguments; the workspace holds the split-KV
+// partial results.
+std::string kvcache_unsupported_reason(const detail::KvCacheArgs& args);
+std::size_t kvcache_workspace_size(const detail::KvCacheArgs& args);
+void forward_kvcache(const detail::KvCacheArgs& args);
+
+// Runs `count` independent pieces of work, piece i as run(i, stream_i), over a few streams forked
+// from `stream` (they start after the work already queued on it, and it waits for all of them
+// before anything queued after), so that the launches of small pieces overlap on the GPU. The
+// pieces are started in the given order, round robin over the streams.
+void run_forked(int device, void* stream, std::int64_t count,
+                const std::function<void(std::int64_t, void*)>& run);
+
+// Copies `bytes` from device memory on `device` to the host, ordered after the work already
+// queued on `stream`, and waits for it (index tensors that must be checked on the host).
+void copy_to_host(void* dst, const void* src, std::size_t bytes, int device, void* stream);
 
 }  // namespace flashpp::cuda

@@ -7,6 +7,7 @@
 #include "attention_bindings.hpp"
 #include "dropout_bindings.hpp"
 #include "errors.hpp"
+#include "inference_bindings.hpp"
 #include "launch_plans.hpp"
 #include "flashpp/flashpp.hpp"
 
@@ -18,6 +19,7 @@ NB_MODULE(_C, m) {
   flashpp::python::register_error_translation();
   flashpp::python::bind_attention(m);
   flashpp::python::bind_dropout(m);
+  flashpp::python::bind_inference(m);
   flashpp::python::bind_launch_plans(m);
   m.def("version", [] { return flashpp::version(); });
   m.def("cuda_compiled", [] { return flashpp::cuda_compiled(); },

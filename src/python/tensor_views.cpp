@@ -27,6 +27,8 @@ DType to_dtype(nb::dlpack::dtype t, const char* name, const ViewRules& rules) {
       if (t.bits == 64) return DType::f64;
     }
     if (t.code == static_cast<std::uint8_t>(Code::Bfloat) && t.bits == 16) return DType::bf16;
+    // Index tensors (cu_seqlens, cache_seqlens, block_table); validation keeps them out of q/k/v.
+    if (t.code == static_cast<std::uint8_t>(Code::Int) && t.bits == 32) return DType::i32;
     if (rules.uint16_is_bf16 && t.code == static_cast<std::uint8_t>(Code::UInt) && t.bits == 16) {
       return DType::bf16;
     }
@@ -37,7 +39,7 @@ DType to_dtype(nb::dlpack::dtype t, const char* name, const ViewRules& rules) {
   throw Error(ErrorCode::unsupported, std::string("flashpp: ") + name +
                                           ": expected dtype float16, bfloat16, float32, "
                                           "float8_e4m3fn (or float64 for the reference "
-                                          "backend), got " +
+                                          "backend; int32 for index tensors), got " +
                                           describe_dtype(t));
 }
 

@@ -160,6 +160,8 @@ double tolerance(DType dtype, Mode direction) {
       return 1e-10;
     case DType::e4m3:
       return 0.1;
+    case DType::i32:  // an index dtype: never benchmarked
+      return 0;
   }
   return 0;
 }

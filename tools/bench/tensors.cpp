@@ -46,6 +46,9 @@ std::vector<std::byte> random_normal(DType dtype, std::int64_t count, std::uint6
       case DType::e4m3:
         static_cast<std::uint8_t*>(data)[i] = detail::float_to_e4m3(x);
         break;
+      case DType::i32:  // an index dtype: never benchmarked
+        static_cast<std::int32_t*>(data)[i] = 0;
+        break;
     }
   }
   return out;

@@ -82,3 +82,102 @@ def flash_attn_func(
     return attention(q, k, v, causal=causal, causal_alignment="bottom_right",
                      softmax_scale=softmax_scale, window=window, softcap=softcap,
                      dropout_p=dropout_p, deterministic=deterministic, layout="bnhd")
+
+
+def flash_attn_varlen_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    block_table: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """flash-attn's flash_attn_varlen_func: packed q [total_q, Hq, D], k, v [total_k, Hkv, D],
+    cu_seqlens int32 [B + 1]; causal and window_size align bottom-right per sequence, as
+    flash-attn >= 2.1 does. Differentiable. return_attn_probs=True returns (out, lse, None) with
+    lse float32 [Hq, total_q] (flashpp never materialises the probabilities)."""
+    from ..inference import attention_varlen
+
+    name = "flashpp.torch.flash_attn_varlen_func"
+    if alibi_slopes is not None:
+        raise NotImplementedError(f"{name}: alibi_slopes: ALiBi biases are not supported")
+    if block_table is not None:
+        raise NotImplementedError(
+            f"{name}: block_table: paged keys are supported for decoding only; use "
+            "flashpp.torch.flash_attn_with_kvcache"
+        )
+    left, right = window_size
+    window = None if (left, right) == (-1, -1) else (left, 0 if causal else right)
+    out = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           causal=causal, causal_alignment="bottom_right",
+                           softmax_scale=softmax_scale, window=window, softcap=softcap,
+                           dropout_p=dropout_p, deterministic=deterministic,
+                           return_lse=return_attn_probs)
+    if return_attn_probs:
+        o, lse = out
+        return o, lse, None
+    return out
+
+
+def flash_attn_with_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
+    rotary_cos: torch.Tensor | None = None,
+    rotary_sin: torch.Tensor | None = None,
+    cache_seqlens: int | torch.Tensor | None = None,
+    cache_batch_idx: torch.Tensor | None = None,
+    cache_leftpad: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    rotary_interleaved: bool = True,
+    alibi_slopes: torch.Tensor | None = None,
+    num_splits: int = 0,
+    return_softmax_lse: bool = False,
+):
+    """flash-attn's flash_attn_with_kvcache: q [B, Nq, Hq, D] over k_cache/v_cache
+    [B, capacity, Hkv, D] (or pages [num_pages, page_size, Hkv, D] with block_table int32
+    [B, max_pages]); k, v [B, Nnew, Hkv, D] are written into the cache at cache_seqlens in place;
+    causal and window_size align bottom-right. cache_seqlens: an int, an int32 [B] tensor, or
+    None (the full capacity). Returns out, and lse float32 [B, Hq, Nq] with
+    return_softmax_lse=True. num_splits is ignored (flashpp chooses the split itself)."""
+    from ..inference import attention_kvcache
+
+    name = "flashpp.torch.flash_attn_with_kvcache"
+    for arg, value in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
+                       ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad),
+                       ("alibi_slopes", alibi_slopes)):
+        if value is not None:
+            raise NotImplementedError(
+                f"{name}: {arg}: not supported (apply rotary embeddings and gather the cache "
+                "rows before the call)"
+            )
+    B = q.shape[0]
+    if cache_seqlens is None:
+        capacity = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
+        cache_seqlens = capacity - (0 if k is None else k.shape[1])
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = torch.full((B,), cache_seqlens, dtype=torch.int32, device=q.device)
+    elif cache_seqlens.dtype != torch.int32:
+        cache_seqlens = cache_seqlens.to(torch.int32)
+    left, right = window_size
+    window = None if (left, right) == (-1, -1) else (left, 0 if causal else right)
+    return attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=block_table,
+                             k_new=k, v_new=v, causal=causal, softmax_scale=softmax_scale,
+                             window=window, softcap=softcap, return_lse=return_softmax_lse,
+                             validate_indices=False)

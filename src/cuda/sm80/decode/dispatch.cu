@@ -1,0 +1,261 @@
+// Host side of the decode kernels: support checks, the split heuristic, workspace layout,
+// parameters, and the (dtype, head dim) dispatch.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "../../../common/split_kv.hpp"
+#include "../../common/check_cuda.hpp"
+#include "../../common/poison.cuh"
+#include "../../decode.hpp"
+#include "kernel.cuh"
+
+namespace flashpp::cuda {
+namespace decode {
+
+// Writes k_new/v_new into the cache at the sequences' lengths: one thread per 16-byte chunk.
+// Lengths are clamped and out-of-range pages skipped, so nothing is written out of bounds.
+__global__ void __launch_bounds__(256) decode_append_kernel(const AppendParams p) {
+  const int chunks = p.D / 8;
+  const std::int64_t total = static_cast<std::int64_t>(p.B) * p.Nnew * p.Hkv * chunks;
+  const std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= total) return;
+  const int chunk = static_cast<int>(idx % chunks);
+  std::int64_t rest = idx / chunks;
+  const int h = static_cast<int>(rest % p.Hkv);
+  rest /= p.Hkv;
+  const int tn = static_cast<int>(rest % p.Nnew);
+  const int b = static_cast<int>(rest / p.Nnew);
+  int cached = p.seqlens[b * p.seqlens_stride];
+  cached = min(max(cached, 0), p.capacity - p.Nnew);
+  const int pos = cached + tn;
+  std::int64_t page = b, row = pos;
+  if (p.block_table != nullptr) {
+    page = p.block_table[b * p.table_stride[0] + (pos / p.page_size) * p.table_stride[1]];
+    if (page < 0 || page >= p.num_pages) return;
+    row = pos % p.page_size;
+  }
+  const auto* kn = static_cast<const std::uint16_t*>(p.k_new) + b * p.k_new_stride[0] +
+                   tn * p.k_new_stride[1] + h * p.k_new_stride[2] + chunk * 8;
+  const auto* vn = static_cast<const std::uint16_t*>(p.v_new) + b * p.v_new_stride[0] +
+                   tn * p.v_new_stride[1] + h * p.v_new_stride[2] + chunk * 8;
+  auto* kd = static_cast<std::uint16_t*>(p.k) + page * p.k_stride[0] + row * p.k_stride[1] +
+             h * p.k_stride[2] + chunk * 8;
+  auto* vd = static_cast<std::uint16_t*>(p.v) + page * p.v_stride[0] + row * p.v_stride[1] +
+             h * p.v_stride[2] + chunk * 8;
+  *reinterpret_cast<uint4*>(kd) = *reinterpret_cast<const uint4*>(kn);
+  *reinterpret_cast<uint4*>(vd) = *reinterpret_cast<const uint4*>(vn);
+}
+
+}  // namespace decode
+
+namespace {
+
+using detail::KvCacheArgs;
+
+bool aligned_view(const TensorView& t) {
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
+  for (int i = 0; i < t.rank - 1; ++i) {
+    if (t.sizes[i] > 1 && t.strides[i] % 8 != 0) return false;
+  }
+  return true;
+}
+
+int smem_bytes_for(std::int64_t D) {
+  switch (D) {
+    case 64: return decode::DecodeConfig<64>::kSmemBytes;
+    case 128: return decode::DecodeConfig<128>::kSmemBytes;
+    default: return decode::DecodeConfig<256>::kSmemBytes;
+  }
+}
+
+// SMs and shared memory per SM of `device`, asked once per device.
+struct DeviceShape {
+  int sms = 0;
+  int smem_per_sm = 0;
+};
+DeviceShape device_shape(int device) {
+  static DeviceShape cache[64];
+  if (device < 0 || device >= 64) device = 0;
+  DeviceShape& s = cache[device];
+  if (s.sms == 0) {
+    int sms = 0, smem = 0;
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+               "cudaDeviceGetAttribute (multiprocessors)");
+    check_cuda(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
+               "cudaDeviceGetAttribute (shared memory per multiprocessor)");
+    s.smem_per_sm = smem;
+    s.sms = sms;
+  }
+  return s;
+}
+
+int m_tiles_of(const KvCacheArgs& a) {
+  const std::int64_t rows = a.problem.heads_per_kv() * a.problem.Nq;
+  return static_cast<int>((rows + 15) / 16);
+}
+
+// Splits depend on the shapes and the device only (not on the lengths, which may live on the
+// device), so the workspace size is known before the call.
+int choose_splits(const KvCacheArgs& a) {
+  const DeviceShape dev = device_shape(a.problem.device.index);
+  detail::SplitKvInput in;
+  in.work_units = a.problem.B * a.problem.Hkv * m_tiles_of(a);
+  in.key_tiles = (a.page_size * a.max_pages + decode::kTileKeys - 1) / decode::kTileKeys;
+  in.sm_count = dev.sms;
+  const int per_block = smem_bytes_for(a.problem.D) + 1024;
+  in.blocks_per_sm = dev.smem_per_sm / per_block > 0 ? dev.smem_per_sm / per_block : 1;
+  if (in.blocks_per_sm > 4) in.blocks_per_sm = 4;
+  in.min_tiles_per_split = 8;
+  in.max_splits = 128;
+  return detail::choose_num_splits(in);
+}
+
+template <typename Element>
+void dispatch_head_dim(std::int64_t D, const decode::DecodeParams& p, cudaStream_t stream) {
+  switch (D) {
+    case 64: decode::launch_decode<Element, 64>(p, stream); break;
+    case 128: decode::launch_decode<Element, 128>(p, stream); break;
+    case 256: decode::launch_decode<Element, 256>(p, stream); break;
+    default: throw Error(ErrorCode::internal, "flashpp::forward_kvcache: no decode kernel for D");
+  }
+}
+
+void copy_strides(std::int64_t (&dst)[3], const TensorView& t) {
+  for (int i = 0; i < 3; ++i) dst[i] = t.strides[i];
+}
+
+}  // namespace
+
+std::string decode_unsupported_reason(const KvCacheArgs& a) {
+  const std::int64_t D = a.problem.D;
+  if (D != 64 && D != 128 && D != 256) {
+    return "q: the CUDA decode kernels support head dims 64, 128 and 256, got " + std::to_string(D);
+  }
+  if (a.paged && a.page_size % 16 != 0) {
+    return "k_cache: the CUDA decode kernels need a page size that is a multiple of 16, got " +
+           std::to_string(a.page_size);
+  }
+  const std::pair<const char*, const TensorView*> views[] = {
+      {"k_cache", &a.k_cache}, {"v_cache", &a.v_cache}, {"k_new", &a.k_new}, {"v_new", &a.v_new}};
+  for (const auto& [name, t] : views) {
+    if (t->data != nullptr && !aligned_view(*t)) {
+      return std::string(name) +
+             ": the CUDA decode kernels need 16-byte aligned data and strides that are "
+             "multiples of 8 elements";
+    }
+  }
+  const std::int64_t capacity = a.page_size * a.max_pages;
+  if (capacity >= (std::int64_t(1) << 31) || a.num_pages >= (std::int64_t(1) << 31) ||
+      a.problem.Nq * a.problem.heads_per_kv() >= (std::int64_t(1) << 31) ||
+      a.problem.B >= 65536 || a.problem.Hkv * m_tiles_of(a) >= 65536) {
+    return "k_cache: the CUDA decode kernels need capacity, pages and rows below 2^31, B and "
+           "Hkv x ceil(Hq/Hkv x Nq / 16) below 65536";
+  }
+  return {};
+}
+
+std::size_t decode_workspace_bytes(const KvCacheArgs& a) {
+  if (a.problem.B == 0 || a.problem.Nq == 0 || a.problem.Hq == 0) return 0;
+  const int splits = choose_splits(a);
+  if (splits <= 1) return 0;
+  const std::size_t rows = static_cast<std::size_t>(splits) * a.problem.B * a.problem.Hq *
+                           a.problem.Nq;
+  const std::size_t o_bytes = (rows * a.problem.D * 4 + 255) / 256 * 256;
+  return o_bytes + rows * 4;
+}
+
+void run_decode(const KvCacheArgs& a) {
+  const detail::Problem& pr = a.problem;
+  const auto stream = static_cast<cudaStream_t>(a.stream);
+  const std::int64_t capacity = a.page_size * a.max_pages;
+  if (a.Nnew > 0) {
+    decode::AppendParams ap;
+    ap.k_new = a.k_new.data;
+    ap.v_new = a.v_new.data;
+    copy_strides(ap.k_new_stride, a.k_new);
+    copy_strides(ap.v_new_stride, a.v_new);
+    ap.k = a.k_cache.data;
+    ap.v = a.v_cache.data;
+    copy_strides(ap.k_stride, a.k_cache);
+    copy_strides(ap.v_stride, a.v_cache);
+    ap.seqlens = static_cast<const std::int32_t*>(a.cache_seqlens.data);
+    ap.seqlens_stride = a.cache_seqlens.strides[0];
+    if (a.paged) {
+      ap.block_table = static_cast<const std::int32_t*>(a.block_table.data);
+      ap.table_stride[0] = a.block_table.strides[0];
+      ap.table_stride[1] = a.block_table.strides[1];
+    }
+    ap.page_size = static_cast<int>(a.page_size);
+    ap.num_pages = static_cast<int>(a.num_pages);
+    ap.capacity = static_cast<int>(capacity);
+    ap.B = static_cast<int>(pr.B);
+    ap.Nnew = static_cast<int>(a.Nnew);
+    ap.Hkv = static_cast<int>(pr.Hkv);
+    ap.D = static_cast<int>(pr.D);
+    const std::int64_t chunks = pr.B * a.Nnew * pr.Hkv * (pr.D / 8);
+    if (chunks > 0) {
+      decode::decode_append_kernel<<<static_cast<unsigned>((chunks + 255) / 256), 256, 0,
+                                     stream>>>(ap);
+      check_launch("decode append kernel launch");
+    }
+  }
+  if (pr.Nq == 0 || pr.Hq == 0) return;
+
+  decode::DecodeParams p;
+  p.q = a.q.data;
+  p.o = a.o.data;
+  p.lse = a.write_lse ? static_cast<float*>(a.lse.data) : nullptr;
+  copy_strides(p.q_stride, a.q);
+  copy_strides(p.o_stride, a.o);
+  if (a.write_lse) copy_strides(p.lse_stride, a.lse);
+  p.k = a.k_cache.data;
+  p.v = a.v_cache.data;
+  copy_strides(p.k_stride, a.k_cache);
+  copy_strides(p.v_stride, a.v_cache);
+  p.seqlens = static_cast<const std::int32_t*>(a.cache_seqlens.data);
+  p.seqlens_stride = a.cache_seqlens.strides[0];
+  if (a.paged) {
+    p.block_table = static_cast<const std::int32_t*>(a.block_table.data);
+    p.table_stride[0] = a.block_table.strides[0];
+    p.table_stride[1] = a.block_table.strides[1];
+  }
+  p.page_size = static_cast<int>(a.page_size);
+  p.num_pages = static_cast<int>(a.num_pages);
+  p.capacity = static_cast<int>(capacity);
+  p.Nnew = static_cast<int>(a.Nnew);
+  p.B = static_cast<int>(pr.B);
+  p.Nq = static_cast<int>(pr.Nq);
+  p.Hq = static_cast<int>(pr.Hq);
+  p.Hkv = static_cast<int>(pr.Hkv);
+  p.group = static_cast<int>(pr.heads_per_kv());
+  p.m_tiles = m_tiles_of(a);
+  p.splits = choose_splits(a);
+  p.scale = pr.scale;
+  p.scale_log2 = pr.scale * 1.4426950408889634f;
+  p.softcap = pr.softcap;
+  p.masked = pr.mask.active();
+  p.window_left = pr.mask.left;
+  p.window_right = pr.mask.right;
+  if (p.splits > 1) {
+    const std::size_t needed = decode_workspace_bytes(a);
+    if (a.workspace.data == nullptr || a.workspace.bytes < needed) {
+      throw Error(ErrorCode::internal, "flashpp::forward_kvcache: split-KV workspace missing");
+    }
+    poison_device_buffer(a.workspace.data, needed, stream);
+    const std::size_t rows = static_cast<std::size_t>(p.splits) * pr.B * pr.Hq * pr.Nq;
+    p.partial_o = static_cast<float*>(a.workspace.data);
+    p.partial_lse = reinterpret_cast<float*>(static_cast<char*>(a.workspace.data) +
+                                             (rows * pr.D * 4 + 255) / 256 * 256);
+  }
+  if (pr.dtype == DType::bf16) {
+    dispatch_head_dim<__nv_bfloat16>(pr.D, p, stream);
+  } else {
+    dispatch_head_dim<__half>(pr.D, p, stream);
+  }
+}
+
+}  // namespace flashpp::cuda
