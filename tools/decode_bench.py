@@ -33,36 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flashpp_c import Tensor, Options, KvCache, PackedBatch  # noqa: E402  (the C API's structs, shared)
 
-# ---- the C API's structs (include/flashpp/flashpp.h), field for field ------------------------
-class Tensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("device_type", ctypes.c_int32),
-                ("device_index", ctypes.c_int32), ("rank", ctypes.c_int32),
-                ("sizes", ctypes.c_int64 * 4), ("strides", ctypes.c_int64 * 4)]
-
-
-class Options(ctypes.Structure):
-    _fields_ = [("softmax_scale", ctypes.c_float), ("causal", ctypes.c_int32), ("alignment", ctypes.c_int32),
-                ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64),
-                ("softcap", ctypes.c_float), ("dropout_p", ctypes.c_float),
-                ("seed", ctypes.c_uint64), ("offset", ctypes.c_uint64),
-                ("deterministic", ctypes.c_int32), ("write_lse", ctypes.c_int32), ("backend", ctypes.c_int32),
-                ("q_descale", ctypes.POINTER(Tensor)), ("k_descale", ctypes.POINTER(Tensor)),
-                ("v_descale", ctypes.POINTER(Tensor))]
 
 DTYPES = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 0, torch.int32: 5}  # FLASHPP_I32 = 5
-
-
-class KvCache(ctypes.Structure):
-    _fields_ = [("k_cache", ctypes.POINTER(Tensor)), ("v_cache", ctypes.POINTER(Tensor)),
-                ("cache_seqlens", ctypes.POINTER(Tensor)), ("block_table", ctypes.POINTER(Tensor)),
-                ("k_new", ctypes.POINTER(Tensor)), ("v_new", ctypes.POINTER(Tensor)),
-                ("validate_indices", ctypes.c_int32)]
-
-
-class PackedBatch(ctypes.Structure):
-    _fields_ = [("cu_seqlens_q", ctypes.POINTER(Tensor)), ("cu_seqlens_k", ctypes.POINTER(Tensor)),
-                ("max_seqlen_q", ctypes.c_int64), ("max_seqlen_k", ctypes.c_int64)]
 
 
 def view(t):

@@ -18,23 +18,8 @@ import statistics
 import sys
 import time
 
-
-class Tensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("device_type", ctypes.c_int),
-                ("device_index", ctypes.c_int32), ("rank", ctypes.c_int32),
-                ("sizes", ctypes.c_int64 * 4), ("strides", ctypes.c_int64 * 4)]
-
-
-class Options(ctypes.Structure):
-    _fields_ = [("softmax_scale", ctypes.c_float), ("causal", ctypes.c_int32),
-                ("alignment", ctypes.c_int), ("window_left", ctypes.c_int64),
-                ("window_right", ctypes.c_int64), ("softcap", ctypes.c_float),
-                ("dropout_p", ctypes.c_float), ("seed", ctypes.c_uint64), ("offset", ctypes.c_uint64),
-                ("deterministic", ctypes.c_int32), ("write_lse", ctypes.c_int32),
-                ("backend", ctypes.c_int),
-                # FP8 descale factors (flashpp.h): the struct must match the C one in size.
-                ("q_descale", ctypes.POINTER(Tensor)), ("k_descale", ctypes.POINTER(Tensor)),
-                ("v_descale", ctypes.POINTER(Tensor))]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flashpp_c import Tensor, Options  # noqa: E402  (the C API's structs, shared)
 
 
 DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2}
