@@ -6,9 +6,14 @@ libflashpp.so): no Python extension build needed.
 
 Run one process per thread count: flashpp's OpenMP reads OMP_NUM_THREADS when it starts (this
 script sets it before loading the library), torch gets torch.set_num_threads. Prints one line per
-(dtype, causal, direction): GFLOPS of both and their ratio, plus the largest difference between
-the two outputs (relative to the largest output magnitude) as a sanity check. FLOPs: forward
-4*B*H*N*N*D (halved when causal), backward 2.5x the forward.
+(dtype, causal, direction): GFLOPS of both (medians over --reps rounds, each round timing flashpp
+and torch back to back) and their ratio, plus the largest difference between the two outputs
+(relative to the largest output magnitude) as a sanity check. FLOPs: forward 4*B*H*N*N*D (halved
+when causal), backward 2.5x the forward.
+
+AVX2 proxy on an AVX-512 machine: FLASHPP_CPU_ISA=avx2 for flashpp; for torch
+ATEN_CPU_CAPABILITY=avx2 alone is not enough (its SDPA's matrix products go to MKL, which still
+runs its AVX-512 sgemm), so also MKL_ENABLE_INSTRUCTIONS=AVX2 (and ONEDNN_MAX_CPU_ISA=AVX2).
 """
 import argparse
 import ctypes
@@ -31,7 +36,12 @@ class Options(ctypes.Structure):
                 ("window_right", ctypes.c_int64), ("softcap", ctypes.c_float),
                 ("dropout_p", ctypes.c_float), ("seed", ctypes.c_uint64), ("offset", ctypes.c_uint64),
                 ("deterministic", ctypes.c_int32), ("write_lse", ctypes.c_int32),
-                ("backend", ctypes.c_int)]
+                ("backend", ctypes.c_int),
+                # FP8 descale tensors (const flashpp_tensor*); NULL = 1. This struct must match
+                # include/flashpp/flashpp.h's flashpp_options field for field: a short one makes
+                # flashpp_options_default write past it.
+                ("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p),
+                ("v_descale", ctypes.c_void_p)]
 
 
 DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2}
@@ -71,17 +81,6 @@ class Flashpp:
     def check(self, status):
         if status != 0:
             raise RuntimeError(self.lib.flashpp_last_error().decode())
-
-
-def median_seconds(fn, reps, warmup=1):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main():
@@ -124,14 +123,16 @@ def main():
             bwd = lambda: fp.check(fp.lib.flashpp_backward(R(V["q"]), R(V["k"]), R(V["v"]), R(V["o"]), R(L), R(V["do"]),
                                                            R(V["dq"]), R(V["dk"]), R(V["dv"]), R(opt), None))
             flops = 4.0 * B * H * N * N * D * (0.5 if causal else 1.0)
-            t_fp_f = median_seconds(fwd, args.reps)
-            t_fp_b = median_seconds(bwd, args.reps)
             # torch's CPU SDPA, same tensors
             qt, kt, vt = (t.clone().requires_grad_(True) for t in (q, k, v))
             sdpa = torch.nn.functional.scaled_dot_product_attention
             with torch.no_grad():
                 ref = sdpa(q, k, v, is_causal=causal)
-            t_t_f = median_seconds(lambda: sdpa(q, k, v, is_causal=causal), args.reps)
+
+            def timed(fn):
+                t0 = time.perf_counter()
+                fn()
+                return time.perf_counter() - t0
 
             def torch_bwd_once():
                 for t in (qt, kt, vt):
@@ -141,8 +142,17 @@ def main():
                 out.backward(do)
                 return time.perf_counter() - t0
 
-            torch_bwd_once()
-            t_t_b = statistics.median(torch_bwd_once() for _ in range(args.reps))
+            # Interleaved rounds (flashpp fwd, torch fwd, flashpp bwd, torch bwd), one warm-up
+            # round first: on a shared machine the speed drifts over seconds, and interleaving
+            # puts both libraries under the same drift. Medians over the rounds.
+            times = {"fp_f": [], "t_f": [], "fp_b": [], "t_b": []}
+            for rnd in range(args.reps + 1):
+                round_times = dict(fp_f=timed(fwd), t_f=timed(lambda: sdpa(q, k, v, is_causal=causal)),
+                                   fp_b=timed(bwd), t_b=torch_bwd_once())
+                if rnd > 0:
+                    for key, val in round_times.items():
+                        times[key].append(val)
+            t_fp_f, t_t_f, t_fp_b, t_t_b = (statistics.median(times[key]) for key in ("fp_f", "t_f", "fp_b", "t_b"))
             scale = ref.float().abs().max().item()
             diff_o = (o.float() - ref.float()).abs().max().item() / scale
             dq_ref = qt.grad.float()
