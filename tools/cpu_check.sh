@@ -6,7 +6,8 @@
 # $OUT (default ./cpu_check_out), with a logs tarball; the short summary is printed last.
 #   tools/cpu_check.sh [--deadline SECONDS (default 500)] [--threads "2 16"] [--N 4096]
 #                      [--avx2] (also: flashpp forced to avx2 against torch with
-#                                ATEN_CPU_CAPABILITY=avx2, fp32: an AVX2 machine's proxy)
+#                                ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2
+#                                ONEDNN_MAX_CPU_ISA=AVX2, fp32: an AVX2 machine's proxy)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deadline_s=500 threads="2 16" N=4096 avx2=0
@@ -102,7 +103,8 @@ if [ $build_ok = 1 ]; then
         --deadline $(( end - 20 )) > "$log/bench_t$t.log" 2>&1 || echo "bench threads=$t: exit $?" >> "$log/bench_t$t.log"
     done
     if [ $avx2 = 1 ] && [ "$(left)" -gt 30 ]; then
-      FLASHPP_CPU_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 timeout $(( $(left) - 5 )) python3 tools/flashpp_capi.py \
+      # torch's matrix products go to MKL / oneDNN, which ignore ATEN_CPU_CAPABILITY: cap them too
+      FLASHPP_CPU_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 timeout $(( $(left) - 5 )) python3 tools/flashpp_capi.py \
         --lib "$lib" --threads 2 --N "$N" --dtypes f32 --deadline $(( end - 5 )) > "$log/bench_avx2.log" 2>&1
     fi
   else

@@ -6,9 +6,14 @@ libflashpp.so): no Python extension build needed.
 
 Run one process per thread count: flashpp's OpenMP reads OMP_NUM_THREADS when it starts (this
 script sets it before loading the library), torch gets torch.set_num_threads. Prints one line per
-(dtype, causal, direction): GFLOPS of both and their ratio, plus the largest difference between
-the two outputs (relative to the largest output magnitude) as a sanity check. FLOPs: forward
-4*B*H*N*N*D (halved when causal), backward 2.5x the forward.
+(dtype, causal, direction): GFLOPS of both (medians over --reps rounds, each round timing flashpp
+and torch back to back) and their ratio, plus the largest difference between the two outputs
+(relative to the largest output magnitude) as a sanity check. FLOPs: forward 4*B*H*N*N*D (halved
+when causal), backward 2.5x the forward.
+
+AVX2 proxy on an AVX-512 machine: FLASHPP_CPU_ISA=avx2 for flashpp; for torch
+ATEN_CPU_CAPABILITY=avx2 alone is not enough (its SDPA's matrix products go to MKL, which still
+runs its AVX-512 sgemm), so also MKL_ENABLE_INSTRUCTIONS=AVX2 (and ONEDNN_MAX_CPU_ISA=AVX2).
 """
 import argparse
 import ctypes
@@ -61,17 +66,6 @@ class Flashpp:
             raise RuntimeError(self.lib.flashpp_last_error().decode())
 
 
-def median_seconds(fn, reps, warmup=1):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True)
@@ -112,14 +106,16 @@ def main():
             bwd = lambda: fp.check(fp.lib.flashpp_backward(R(V["q"]), R(V["k"]), R(V["v"]), R(V["o"]), R(L), R(V["do"]),
                                                            R(V["dq"]), R(V["dk"]), R(V["dv"]), R(opt), None))
             flops = 4.0 * B * H * N * N * D * (0.5 if causal else 1.0)
-            t_fp_f = median_seconds(fwd, args.reps)
-            t_fp_b = median_seconds(bwd, args.reps)
             # torch's CPU SDPA, same tensors
             qt, kt, vt = (t.clone().requires_grad_(True) for t in (q, k, v))
             sdpa = torch.nn.functional.scaled_dot_product_attention
             with torch.no_grad():
                 ref = sdpa(q, k, v, is_causal=causal)
-            t_t_f = median_seconds(lambda: sdpa(q, k, v, is_causal=causal), args.reps)
+
+            def timed(fn):
+                t0 = time.perf_counter()
+                fn()
+                return time.perf_counter() - t0
 
             def torch_bwd_once():
                 for t in (qt, kt, vt):
@@ -129,8 +125,17 @@ def main():
                 out.backward(do)
                 return time.perf_counter() - t0
 
-            torch_bwd_once()
-            t_t_b = statistics.median(torch_bwd_once() for _ in range(args.reps))
+            # Interleaved rounds (flashpp fwd, torch fwd, flashpp bwd, torch bwd), one warm-up
+            # round first: on a shared machine the speed drifts over seconds, and interleaving
+            # puts both libraries under the same drift. Medians over the rounds.
+            times = {"fp_f": [], "t_f": [], "fp_b": [], "t_b": []}
+            for rnd in range(args.reps + 1):
+                round_times = dict(fp_f=timed(fwd), t_f=timed(lambda: sdpa(q, k, v, is_causal=causal)),
+                                   fp_b=timed(bwd), t_b=torch_bwd_once())
+                if rnd > 0:
+                    for key, val in round_times.items():
+                        times[key].append(val)
+            t_fp_f, t_t_f, t_fp_b, t_t_b = (statistics.median(times[key]) for key in ("fp_f", "t_f", "fp_b", "t_b"))
             scale = ref.float().abs().max().item()
             diff_o = (o.float() - ref.float()).abs().max().item() / scale
             dq_ref = qt.grad.float()

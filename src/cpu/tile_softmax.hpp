@@ -28,6 +28,10 @@ struct QueryStat {
   __m512 load(std::int64_t lane) const {
     return per_lane ? _mm512_loadu_ps(values + lane) : _mm512_set1_ps(values[0]);
   }
+#elif defined(__AVX2__) && defined(__FMA__)
+  __m256 load(std::int64_t lane) const {
+    return per_lane ? _mm256_loadu_ps(values + lane) : _mm256_set1_ps(values[0]);
+  }
 #endif
 };
 
@@ -45,6 +49,12 @@ inline void apply_softcap(float* s, std::int64_t ld, std::int64_t rows, std::int
     for (; c + 16 <= cols; c += 16) {
       const __m512 x = _mm512_loadu_ps(row + c);
       _mm512_storeu_ps(row + c, _mm512_mul_ps(vcap, tanh_ps(_mm512_mul_ps(x, vinv))));
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    const __m256 vcap = _mm256_set1_ps(cap), vinv = _mm256_set1_ps(inv_cap);
+    for (; c + 8 <= cols; c += 8) {
+      const __m256 x = _mm256_loadu_ps(row + c);
+      _mm256_storeu_ps(row + c, _mm256_mul_ps(vcap, tanh_ps(_mm256_mul_ps(x, vinv))));
     }
 #endif
     for (; c < cols; ++c) row[c] = cap * tanh_scalar(row[c] * inv_cap);
@@ -193,8 +203,7 @@ inline void probabilities_row(const float* s, float* p, std::int64_t n, QuerySta
   }
 #elif defined(__AVX2__) && defined(__FMA__)
   for (; c + 8 <= n; c += 8) {
-    const __m256 l = lse.per_lane ? _mm256_loadu_ps(lse.values + c) : _mm256_set1_ps(lse.values[0]);
-    _mm256_storeu_ps(p + c, exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s + c), l)));
+    _mm256_storeu_ps(p + c, exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s + c), lse.load(c))));
   }
 #endif
   for (; c < n; ++c) p[c] = exp_scalar(s[c] - lse.at(c));
@@ -220,6 +229,19 @@ inline void score_gradient_row(const float* p, float* dp, const float* z, const 
       g = _mm512_mul_ps(g, _mm512_fnmadd_ps(t, t, one));
     }
     _mm512_storeu_ps(dp + c, g);
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 vinv = _mm256_set1_ps(inv_cap), one = _mm256_set1_ps(1.0f);
+  for (; c + 8 <= n; c += 8) {
+    __m256 g = _mm256_loadu_ps(dp + c);
+    if (z) g = _mm256_mul_ps(g, _mm256_loadu_ps(z + c));
+    g = _mm256_mul_ps(_mm256_loadu_ps(p + c), _mm256_sub_ps(g, d_stat.load(c)));
+    if (s) {  // the same clamp as above
+      __m256 t = _mm256_mul_ps(_mm256_loadu_ps(s + c), vinv);
+      t = _mm256_min_ps(_mm256_max_ps(t, _mm256_set1_ps(-1.0f)), one);
+      g = _mm256_mul_ps(g, _mm256_fnmadd_ps(t, t, one));
+    }
+    _mm256_storeu_ps(dp + c, g);
   }
 #endif
   for (; c < n; ++c) {

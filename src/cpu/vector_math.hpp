@@ -1,4 +1,4 @@
-// Vectorised exp and tanh for the softmax steps (AVX-512), with scalar twins for the fallback
+// Vectorised exp and tanh for the softmax steps (AVX-512 and AVX2), with scalar twins for the fallback
 // and for loop tails. Accuracy: a few ulp in float32, which is below the storage rounding of
 // every dtype flashpp supports; exp of anything below about -87 is exactly 0 (masked scores are
 // -inf and must give a probability of exactly 0).
@@ -88,6 +88,16 @@ inline __m256 exp_ps(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+}
+
+// tanh on 8 lanes: the same formula as the AVX-512 tanh_ps above.
+inline __m256 tanh_ps(__m256 y) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  const __m256 abs_y = _mm256_andnot_ps(sign_bit, y);
+  const __m256 e = exp_ps(_mm256_mul_ps(abs_y, _mm256_set1_ps(-2.0f)));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+  return _mm256_or_ps(t, _mm256_and_ps(y, sign_bit));  // copy the sign of y onto t
 }
 
 #endif
