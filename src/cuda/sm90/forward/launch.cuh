@@ -31,6 +31,29 @@ inline void make_map(CUtensorMap* map, const TensorView& t, DType dtype, int row
   }
 }
 
+// The grid of a forward kernel: one block per (query tile, batch * head), in launches of at
+// most 65535 heads (the grid's y limit); under a mask, heads grouped so that the longest query
+// tiles start first (common/block_order.cuh). Shared by the bf16/fp16 and FP8 forwards.
+template <typename Kernel>
+void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
+                        Sm90ForwardParams p, std::int64_t batch_heads, cudaStream_t stream,
+                        const char* what) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
+             "cudaFuncSetAttribute (sm90 forward shared memory)");
+  const std::int64_t m_blocks = (p.args.Nq + block_m - 1) / block_m;
+  const bool ordered = FLASHPP_BLOCK_ORDER && p.args.mask.active();
+  const std::int64_t slots = ordered ? cached_resident_blocks(kernel, threads, smem_bytes) : 0;
+  constexpr std::int64_t kMaxGridY = 65535;
+  for (std::int64_t first = 0; first < batch_heads; first += kMaxGridY) {
+    p.args.bh_offset = first;
+    const std::int64_t heads = std::min(kMaxGridY, batch_heads - first);
+    p.args.heads_per_group = ordered ? heads_per_group(true, m_blocks, heads, slots) : 1;
+    const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(heads));
+    kernel<<<grid, threads, smem_bytes, stream>>>(p);
+    check_launch(what);
+  }
+}
+
 template <typename Element, int kHeadDim>
 void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args,
                     cudaStream_t stream) {
@@ -46,22 +69,8 @@ void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args
 
   const bool extras = params.softcap > 0.0f || params.dropout.threshold != 0;
   auto kernel = extras ? flash_fwd_sm90_kernel<Traits, true> : flash_fwd_sm90_kernel<Traits, false>;
-  constexpr int kSmem = Traits::kSmemBytes;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-             "cudaFuncSetAttribute (sm90 forward shared memory)");
-  const std::int64_t m_blocks = (params.Nq + Traits::kBlockM - 1) / Traits::kBlockM;
-  const std::int64_t batch_heads = args.problem.B * args.problem.Hq;
-  const bool ordered = FLASHPP_BLOCK_ORDER && params.mask.active();
-  const std::int64_t slots = ordered ? cached_resident_blocks(kernel, Traits::kThreads, kSmem) : 0;
-  constexpr std::int64_t kMaxGridY = 65535;
-  for (std::int64_t first = 0; first < batch_heads; first += kMaxGridY) {
-    p.args.bh_offset = first;
-    const std::int64_t heads = std::min(kMaxGridY, batch_heads - first);
-    p.args.heads_per_group = ordered ? heads_per_group(true, m_blocks, heads, slots) : 1;
-    const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(heads));
-    kernel<<<grid, Traits::kThreads, kSmem, stream>>>(p);
-    check_launch("sm90 forward kernel launch");
-  }
+  launch_query_tiles(kernel, Traits::kThreads, Traits::kSmemBytes, Traits::kBlockM, p,
+                     args.problem.B * args.problem.Hq, stream, "sm90 forward kernel launch");
 }
 
 }  // namespace flashpp::cuda::sm90

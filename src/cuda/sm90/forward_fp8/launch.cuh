@@ -36,23 +36,9 @@ void launch_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& 
     make_map(&p.k_map, args.k, DType::e4m3, Traits::kBlockN, "k");
     make_map(&p.v_map, args.v, DType::e4m3, Traits::kBlockN, "v");
   }
-  auto kernel = flash_fwd_fp8_sm90_kernel<Traits>;
-  constexpr int kSmem = Traits::kSmemBytes;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-             "cudaFuncSetAttribute (sm90 FP8 forward shared memory)");
-  const std::int64_t m_blocks = (params.Nq + Traits::kBlockM - 1) / Traits::kBlockM;
-  const std::int64_t batch_heads = args.problem.B * args.problem.Hq;
-  const bool ordered = FLASHPP_BLOCK_ORDER && params.mask.active();
-  const std::int64_t slots = ordered ? cached_resident_blocks(kernel, Traits::kThreads, kSmem) : 0;
-  constexpr std::int64_t kMaxGridY = 65535;
-  for (std::int64_t first = 0; first < batch_heads; first += kMaxGridY) {
-    p.args.bh_offset = first;
-    const std::int64_t heads = std::min(kMaxGridY, batch_heads - first);
-    p.args.heads_per_group = ordered ? heads_per_group(true, m_blocks, heads, slots) : 1;
-    const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(heads));
-    kernel<<<grid, Traits::kThreads, kSmem, stream>>>(p);
-    check_launch("sm90 FP8 forward kernel launch");
-  }
+  launch_query_tiles(flash_fwd_fp8_sm90_kernel<Traits>, Traits::kThreads, Traits::kSmemBytes,
+                     Traits::kBlockM, p, args.problem.B * args.problem.Hq, stream,
+                     "sm90 FP8 forward kernel launch");
 }
 
 }  // namespace flashpp::cuda::sm90::fp8
