@@ -7,7 +7,7 @@
 //   wgmma_commit()            closes the wgmma issued so far into a group
 //   wgmma_wait<K>()           waits until at most K groups are still running
 //   fence_registers(x)        keeps the compiler from moving accesses of x across this point
-//   compute_before_next_wait(v)  keeps ptxas from sinking v's computation below the next wait
+//   wgmma_wait_all_after(x)  wait_group 0 that ptxas cannot hoist above the computation of x
 //   fence_shared_to_async()   makes ordinary shared-memory stores visible to wgmma operand reads
 //
 // Operand layouts. The tiles the kernels feed to wgmma are the 128-byte-swizzled panels of
@@ -92,19 +92,22 @@ __device__ __forceinline__ void fence_shared_to_async() {
 #endif
 }
 
-// Keeps ptxas from sinking the computation of `value` below the next wgmma wait: a branch on
-// it (never taken: no float has these bits) ends the basic block, so everything `value` depends
-// on is computed before the wait that follows. ptxas otherwise schedules a whole softmax after
-// a wait_group 0 that the source places after it, and the softmax no longer overlaps the
-// in-flight wgmma. Costs a compare and a branch.
-__device__ __forceinline__ void compute_before_next_wait(float value) {
-#if FLASHPP_WGMMA_AVAILABLE && defined(FLASHPP_SOFTMAX_ANCHOR_WARPSYNC)
-  (void)value;
-  asm volatile("bar.warp.sync -1;\n" ::: "memory");
-#elif FLASHPP_WGMMA_AVAILABLE
-  if (__float_as_uint(value) == 0xffffffffu) asm volatile("trap;\n");
+// wgmma.wait_group 0, made to come after `x` (a value computed from every result that must be
+// ready first, e.g. the row sums of a softmax). A plain wait has no register operands, and ptxas
+// hoists it above such code (seen in the SASS: WARPGROUP.DEPBAR before the MUFU.EX2s), which
+// serialises that code behind the running wgmma. Here the wait sits in both arms of a branch on a
+// warp vote over x, so it cannot move above the code that computes x; both arms wait (a
+// predicated wait made ptxas serialise every wgmma instead). The asm texts differ so that the
+// compiler does not merge the arms back into one unconditional wait.
+__device__ __forceinline__ void wgmma_wait_all_after(float x) {
+#if FLASHPP_WGMMA_AVAILABLE
+  if (__any_sync(0xffffffffu, __float_as_uint(x) == 0xFFFFFFFFu)) {
+    asm volatile("wgmma.wait_group.sync.aligned 0; // after the softmax (rare arm)\n" ::: "memory");
+  } else {
+    asm volatile("wgmma.wait_group.sync.aligned 0; // after the softmax\n" ::: "memory");
+  }
 #else
-  (void)value;
+  (void)x;
 #endif
 }
 

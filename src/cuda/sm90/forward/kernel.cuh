@@ -371,9 +371,10 @@ __device__ __forceinline__ void consumer_mainloop(const Sm90ForwardParams& param
       // The softmax overlaps P V only if ptxas keeps it above the wait (perf-notes: "softmax
       // anchor"); at D > 64 the registers that takes make ptxas serialise the wgmma instead.
       if constexpr (Traits::kHeadDim <= FLASHPP_SOFTMAX_ANCHOR_MAX_D) {
-        ptx::compute_before_next_wait(row_sum[0][0] + row_sum[0][1]);
+        ptx::wgmma_wait_all_after(row_sum[0][0] + row_sum[0][1]);
+      } else {
+        ptx::wgmma_wait<0>();
       }
-      ptx::wgmma_wait<0>();
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o));
       ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockN / 4]>(p_frag));
       release_buffer(smem.v_empty(prev_stage), lane);

@@ -301,23 +301,6 @@ __device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_fp8(
   return correction;
 }
 
-// wgmma.wait_group 0, made to come after `x` (a value computed from every exponential of the
-// softmax: the row sums). A plain wait has no register operands, and ptxas hoists it above the
-// softmax (seen in the SASS: WARPGROUP.DEPBAR before the MUFU.EX2s), which serialises the softmax
-// behind the running P V product. Here the wait sits in both arms of a branch on a warp vote over
-// x, so it cannot move above the code that computes x; both arms wait (a predicated wait made
-// ptxas serialise every wgmma instead). The asm texts differ so that the compiler does not merge
-// the arms back into one unconditional wait.
-__device__ __forceinline__ void wgmma_wait_all_after(float x) {
-#if FLASHPP_WGMMA_AVAILABLE
-  if (__any_sync(0xffffffffu, __float_as_uint(x) == 0xFFFFFFFFu)) {
-    asm volatile("wgmma.wait_group.sync.aligned 0; // after the softmax (rare arm)\n" ::: "memory");
-  } else {
-    asm volatile("wgmma.wait_group.sync.aligned 0; // after the softmax\n" ::: "memory");
-  }
-#endif
-}
-
 __device__ __forceinline__ float descale_at(const float* d, const std::int64_t (&strides)[2],
                                             std::int64_t b, std::int64_t h_kv) {
   return d == nullptr ? 1.0f : d[b * strides[0] + h_kv * strides[1]];
@@ -430,8 +413,8 @@ __device__ __forceinline__ void consumer_mainloop_fp8(const Sm90ForwardParams& p
       release_buffer(smem.k_empty(stage), lane);
       const SoftmaxCorrection<Traits> correction = softmax_steps(s, last_block - j);
       // The softmax above must run while P(j-1) V(j-1) does: wait only after it (see
-      // wgmma_wait_all_after).
-      wgmma_wait_all_after(row_sum[0][0] + row_sum[0][1]);
+      // ptx::wgmma_wait_all_after).
+      ptx::wgmma_wait_all_after(row_sum[0][0] + row_sum[0][1]);
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o));
       ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockN / 8]>(p_frag));
       release_buffer(smem.vt_empty(prev_stage), lane);
