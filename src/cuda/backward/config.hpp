@@ -48,7 +48,7 @@ struct MainTile {
       : kHeadDim <= 96 || kHeadDim == 192 || kWide    ? 64
                                                       : 32;
   static constexpr int kKeysPerWarp = kWide ? 32 : 16;
-  static constexpr int kWarps = kHeadDim <= 128 ? 8 : 8;
+  static constexpr int kWarps = 8;  // every head dim
   // Blocks of 4 warps leave room for two per SM (registers: 2 x 128 x 255 < 64 K), so one
   // block's mma phase can overlap the other's element-wise phase and barriers.
   static constexpr int kMinBlocksPerSm = kWarps <= 4 ? 2 : 1;

@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
   const auto bh = static_cast<std::uint32_t>(batch * p.q_heads + head);
 
   float dq_acc[kHeadDim / 8][4] = {};
-  const FragmentReader<QTile, Operand::a> q_as_a(s_q, lane), do_as_a(s_do, lane);
+  const FragmentReader<QTile, Operand::a_mk> q_as_a(s_q, lane), do_as_a(s_do, lane);
 
   for (std::int64_t step = 0; step < key_tiles; ++step) {
     const int stage = static_cast<int>(step & 1);
@@ -134,8 +134,8 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
     __syncthreads();  // this tile has landed; every warp is done with the previous one
     if (step + 1 < key_tiles) load_key_tile(step + 1, stage ^ 1);
     cp_async_commit();
-    const FragmentReader<KvTile, Operand::b> k_as_b(s_k(stage), lane), v_as_b(s_v(stage), lane);
-    const FragmentReader<KvTile, Operand::b_trans> k_as_b_trans(s_k(stage), lane);
+    const FragmentReader<KvTile, Operand::b_nk> k_as_b(s_k(stage), lane), v_as_b(s_v(stage), lane);
+    const FragmentReader<KvTile, Operand::b_kn> k_as_b_kn(s_k(stage), lane);
     const std::int64_t j0 = (first_key_tile + step) * kKeyRows;
     const std::int64_t j1 = j0 + kKeyRows < p.k_len ? j0 + kKeyRows : p.k_len;
 
@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
 #pragma unroll
       for (int n = 0; n < kHeadDim / 16; ++n) {
         std::uint32_t b_k[4];
-        k_as_b_trans.load(b_k, 16 * kk, 16 * n);
+        k_as_b_kn.load(b_k, 16 * kk, 16 * n);
         mma_m16n8k16<Element>(dq_acc[2 * n], a_ds, {b_k[0], b_k[1]});
         mma_m16n8k16<Element>(dq_acc[2 * n + 1], a_ds, {b_k[2], b_k[3]});
       }

@@ -276,10 +276,10 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   float dk_acc[kMt][Shape::kGradCols / 8][4] = {};
 
   // K and V stay put for the whole walk, so their readers are built once.
-  const FragmentReader<KvTile, Operand::a> k_as_a(s_k, lane), v_as_a(s_v, lane);
-  const FragmentReader<KvTile, Operand::b_trans> k_as_b(s_k, lane);
-  const FragmentReader<ScoreTile, Operand::a> p_as_a(s_p, lane), ds_as_a(s_ds, lane);
-  const FragmentReader<ScoreTile, Operand::a_trans> ds_as_a_trans(s_ds, lane);
+  const FragmentReader<KvTile, Operand::a_mk> k_as_a(s_k, lane), v_as_a(s_v, lane);
+  const FragmentReader<KvTile, Operand::b_kn> k_as_b(s_k, lane);
+  const FragmentReader<ScoreTile, Operand::a_mk> p_as_a(s_p, lane), ds_as_a(s_ds, lane);
+  const FragmentReader<ScoreTile, Operand::a_km> ds_as_a_km(s_ds, lane);
 
   // At small head dims the warp's K and V rows fit in registers as A fragments for the whole
   // walk (2 x kHeadDim / 4 registers), which removes their ldmatrix from every step A. Measured
@@ -316,9 +316,9 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     const std::int64_t h = pos.head;
     const std::int64_t i0 = pos.tile * kQueryRows;
     pos = next;
-    const FragmentReader<QTile, Operand::b> q_as_b(s_q(stage), lane), do_as_b(s_do(stage), lane);
-    const FragmentReader<QTile, Operand::b_trans> q_as_b_trans(s_q(stage), lane),
-        do_as_b_trans(s_do(stage), lane);
+    const FragmentReader<QTile, Operand::b_nk> q_as_b(s_q(stage), lane), do_as_b(s_do(stage), lane);
+    const FragmentReader<QTile, Operand::b_kn> q_as_b_kn(s_q(stage), lane),
+        do_as_b_kn(s_do(stage), lane);
 
     // ---- A. S^T = K Q^T and dP^T = V dO^T for the warp's keys x kScoreCols queries.
     float s_acc[kMt][Shape::kScoreCols / 8][4] = {};
@@ -463,8 +463,8 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
 #pragma unroll
       for (int n = 0; n < Shape::kGradCols / 16; ++n) {
         std::uint32_t b_do[4], b_q[4];
-        do_as_b_trans.load(b_do, 16 * kk, grad_col0 + 16 * n);
-        q_as_b_trans.load(b_q, 16 * kk, grad_col0 + 16 * n);
+        do_as_b_kn.load(b_do, 16 * kk, grad_col0 + 16 * n);
+        q_as_b_kn.load(b_q, 16 * kk, grad_col0 + 16 * n);
 #pragma unroll
         for (int mt = 0; mt < kMt; ++mt) {
           mma_m16n8k16<Element>(dv_acc[mt][2 * n], a_p[mt], {b_do[0], b_do[1]});
@@ -485,7 +485,7 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
       for (int k0 = 0; k0 < kKeyRows; k0 += 16) {
         std::uint32_t a_ds[kDqMt][4];
 #pragma unroll
-        for (int mt = 0; mt < kDqMt; ++mt) ds_as_a_trans.load(a_ds[mt], k0, dq_row0 + 16 * mt);
+        for (int mt = 0; mt < kDqMt; ++mt) ds_as_a_km.load(a_ds[mt], k0, dq_row0 + 16 * mt);
 #pragma unroll
         for (int n = 0; n < Shape::kDqCols / 16; ++n) {
           std::uint32_t b_k[4];

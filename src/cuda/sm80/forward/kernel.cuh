@@ -67,13 +67,13 @@ struct ForwardTraits {
 // ---------------------------------------------------------------------------------------------
 
 // S[mt][nt] = Q(rows of this warp) K(tile)^T, accumulated over the head dim.
-// q_reader addresses this warp's first Q row (Operand::a); k_reader the K tile of this stage,
-// stored [key][d] (Operand::b: B = K^T). Each load is one XOR and add on compile-time offsets.
+// q_reader addresses this warp's first Q row (Operand::a_mk); k_reader the K tile of this stage,
+// stored [key][d] (Operand::b_nk: B = K^T). Each load is one XOR and add on compile-time offsets.
 template <typename Traits>
 __device__ __forceinline__ void compute_scores(
     float (&s)[Traits::kMTiles][Traits::kNTiles][4],
-    const FragmentReader<typename Traits::QTile, Operand::a>& q_reader,
-    const FragmentReader<typename Traits::KVTile, Operand::b>& k_reader) {
+    const FragmentReader<typename Traits::QTile, Operand::a_mk>& q_reader,
+    const FragmentReader<typename Traits::KVTile, Operand::b_nk>& k_reader) {
   using Element = typename Traits::Element;
 #pragma unroll
   for (int mt = 0; mt < Traits::kMTiles; ++mt)
@@ -111,7 +111,7 @@ template <typename Traits>
 __device__ __forceinline__ void accumulate_pv(
     float (&o)[Traits::kMTiles][Traits::kDTiles][4],
     const float (&p)[Traits::kMTiles][Traits::kNTiles][4],
-    const FragmentReader<typename Traits::KVTile, Operand::b_trans>& v_reader,
+    const FragmentReader<typename Traits::KVTile, Operand::b_kn>& v_reader,
     const DropoutSigns<Traits>* dropped) {
   using Element = typename Traits::Element;
 #pragma unroll
@@ -125,7 +125,7 @@ __device__ __forceinline__ void accumulate_pv(
       a[mt][3] = pack_pair<Element>(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
       if (dropped != nullptr) apply_dropout_signs<Traits>(a[mt], *dropped, mt, kk);
     }
-    // V is [key][d] in shared memory (Operand::b_trans: B = V); the transposed ldmatrix yields
+    // V is [key][d] in shared memory (Operand::b_kn: B = V); the transposed ldmatrix yields
     // the B fragments of d tiles dp*16 (regs 0-1) and dp*16 + 8 (regs 2-3) for keys kk*16 ...
 #pragma unroll
     for (int dp = 0; dp < Traits::kHeadDim / 16; ++dp) {
@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
 
   // This warp's Q rows start at warp_row0, a multiple of 16: the swizzle's XOR term is the
   // same as at row 0, so the reader's base just moves down by whole rows.
-  const FragmentReader<typename Traits::QTile, Operand::a> q_reader(
+  const FragmentReader<typename Traits::QTile, Operand::a_mk> q_reader(
       q_smem + Traits::QTile::kRowStepElements(warp_row0), lane);
   // The tiles that need no element mask form one contiguous range of `it`: tile n0 needs none
   // iff n0 + block_n <= Nk and (no mask, or every row sees every key of it:
@@ -369,8 +369,8 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
 
     // The lane-dependent parts of these readers are loop-invariant (hoisted by the compiler);
     // per tile only the stage base changes.
-    const FragmentReader<typename Traits::KVTile, Operand::b> k_reader(k_stage(stage), lane);
-    const FragmentReader<typename Traits::KVTile, Operand::b_trans> v_reader(v_stage(stage), lane);
+    const FragmentReader<typename Traits::KVTile, Operand::b_nk> k_reader(k_stage(stage), lane);
+    const FragmentReader<typename Traits::KVTile, Operand::b_kn> v_reader(v_stage(stage), lane);
     float s[Traits::kMTiles][Traits::kNTiles][4];
     compute_scores<Traits>(s, q_reader, k_reader);
 
