@@ -1,6 +1,6 @@
 // The validated problem handed to a backend. src/api builds it after checking every argument;
-// backends may assume everything here is consistent (see DESIGN.md, "Validation lives in one
-// place").
+// backends may assume everything here is consistent (docs/design.md, "Layers": validation
+// happens once, in src/api).
 #pragma once
 
 #include <cstdint>

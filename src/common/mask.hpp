@@ -1,4 +1,4 @@
-// The visibility rule of DESIGN.md, shared verbatim by every backend.
+// The visibility rule (docs/design.md, "Masks"), shared verbatim by every backend.
 //
 // With shift s (0 for top-left alignment, Nk - Nq for bottom-right), query i sees key j iff
 //     -left <= j - (i + s) <= right

@@ -1,4 +1,4 @@
-// The CUDA backward, as called by src/cuda's entry points (backend.cu). Implemented in
+// The CUDA backward, as called by src/cuda's entry points (backend.cpp). Implemented in
 // src/cuda/backward/ (preprocess D = rowsum(dO*O), the main kernel per K/V tile, dQ postprocess).
 #pragma once
 
@@ -16,7 +16,7 @@ std::string backward_unsupported_reason(const detail::Problem& problem);
 std::size_t backward_scratch_bytes(const detail::Problem& problem, bool deterministic);
 
 // Runs the backward on args.stream. args.workspace is at least backward_scratch_bytes() large
-// (backend.cu allocates it when the caller passed none).
+// (backend.cpp allocates it when the caller passed none).
 void run_backward(const detail::BackwardArgs& args);
 
 }  // namespace flashpp::cuda

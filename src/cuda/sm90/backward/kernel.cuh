@@ -6,7 +6,7 @@
 //   producer (warpgroup 0, one thread): K and V once, then per query step Q, dO and the step's
 //     lse (log2 units) and delta rows through a ring of `stages` buffers (bulk copies);
 //   consumers (warpgroups 1, 2): each owns 64 of the block's keys and computes, per step, with the
-//     equations of DESIGN.md written for the transposed tiles (keys as rows):
+//     equations of docs/design.md written for the transposed tiles (keys as rows):
 //         S^T = K Q^T,  dP^T = V dO^T                 (wgmma, both operands in shared memory)
 //         P^T = exp2(S^T * scale*log2e - lse_log2),  dS^T = P^T o (dP^T - delta)   (registers)
 //         dV += P^T dO,  dK += dS^T Q                 (wgmma, P^T and dS^T from registers)
