@@ -29,20 +29,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4],
                : "r"(smem_row_addr));
 }
 
-// Two matrices (lanes 0..15 give the addresses; the others' are ignored but must be valid).
-__device__ __forceinline__ void ldmatrix_x2(std::uint32_t (&r)[2], std::uint32_t smem_row_addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(smem_row_addr));
-}
-
-__device__ __forceinline__ void ldmatrix_x2_trans(std::uint32_t (&r)[2],
-                                                  std::uint32_t smem_row_addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(smem_row_addr));
-}
-
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 inline constexpr bool kStmatrixAvailable = true;
 #else
