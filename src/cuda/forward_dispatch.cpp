@@ -32,18 +32,18 @@ ForwardParams make_params(const detail::ForwardArgs& a) {
   f.v = a.v.data;
   f.o = a.o.data;
   f.lse = a.write_lse ? static_cast<float*>(a.lse.data) : nullptr;
-  f.q_batch_stride = a.q.strides[0], f.q_row_stride = a.q.strides[1], f.q_head_stride = a.q.strides[2];
-  f.k_batch_stride = a.k.strides[0], f.k_row_stride = a.k.strides[1], f.k_head_stride = a.k.strides[2];
-  f.v_batch_stride = a.v.strides[0], f.v_row_stride = a.v.strides[1], f.v_head_stride = a.v.strides[2];
-  f.o_batch_stride = a.o.strides[0], f.o_row_stride = a.o.strides[1], f.o_head_stride = a.o.strides[2];
+  f.q_strides.batch = a.q.strides[0], f.q_strides.row = a.q.strides[1], f.q_strides.head = a.q.strides[2];
+  f.k_strides.batch = a.k.strides[0], f.k_strides.row = a.k.strides[1], f.k_strides.head = a.k.strides[2];
+  f.v_strides.batch = a.v.strides[0], f.v_strides.row = a.v.strides[1], f.v_strides.head = a.v.strides[2];
+  f.o_strides.batch = a.o.strides[0], f.o_strides.row = a.o.strides[1], f.o_strides.head = a.o.strides[2];
   if (f.lse != nullptr) {
-    f.lse_batch_stride = a.lse.strides[0];
-    f.lse_head_stride = a.lse.strides[1];
-    f.lse_row_stride = a.lse.strides[2];
+    f.lse_stride_batch = a.lse.strides[0];
+    f.lse_stride_head = a.lse.strides[1];
+    f.lse_stride_row = a.lse.strides[2];
   }
-  f.Nq = p.Nq;
-  f.Nk = p.Nk;
-  f.Hq = p.Hq;
+  f.q_len = p.Nq;
+  f.k_len = p.Nk;
+  f.q_heads = p.Hq;
   f.heads_per_kv = p.Hkv > 0 ? p.heads_per_kv() : 1;
   f.head_dim = static_cast<int>(p.D);
   f.scale = p.scale;

@@ -7,15 +7,11 @@
 #include <cstdint>
 
 #include "../../common/mask.hpp"
+#include "../common/row_strides.hpp"
 #include "../../common/philox.hpp"
 #include "tail_split.hpp"
 
 namespace flashpp::cuda::bwd {
-
-// Strides of a [B, N, H, D] view; the D stride is 1 (validated by src/api).
-struct RowStrides {
-  std::int64_t batch = 0, row = 0, head = 0;
-};
 
 struct BackwardParams {
   // Inputs and outputs in storage dtype (fp16 or bf16).

@@ -27,8 +27,8 @@ namespace {
 
 using bwd::BackwardParams;
 
-bwd::RowStrides row_strides(const TensorView& t) {
-  return bwd::RowStrides{t.strides[0], t.strides[1], t.strides[2]};
+RowStrides row_strides(const TensorView& t) {
+  return RowStrides{t.strides[0], t.strides[1], t.strides[2]};
 }
 
 // The 16-byte copies need 16-byte aligned rows: base pointers and row/head/batch strides in

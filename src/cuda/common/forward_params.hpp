@@ -6,6 +6,7 @@
 
 #include "../../common/mask.hpp"
 #include "../../common/philox.hpp"
+#include "row_strides.hpp"
 
 namespace flashpp::cuda {
 
@@ -16,15 +17,13 @@ struct ForwardParams {
   void* o = nullptr;
   float* lse = nullptr;  // nullptr: lse not requested
 
-  // Element strides of [B, N, H, *] (the last dimension is contiguous) and of lse [B, H, N].
-  std::int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
-  std::int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
-  std::int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
-  std::int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
-  std::int64_t lse_batch_stride = 0, lse_head_stride = 0, lse_row_stride = 0;
+  // Element strides of [B, N, H, *] (the last dimension is contiguous) and of lse [B, H, N]
+  // (the names are the backward's: backward/params.hpp).
+  RowStrides q_strides, k_strides, v_strides, o_strides;
+  std::int64_t lse_stride_batch = 0, lse_stride_head = 0, lse_stride_row = 0;
 
-  std::int64_t Nq = 0, Nk = 0;
-  std::int64_t Hq = 0;
+  std::int64_t q_len = 0, k_len = 0;
+  std::int64_t q_heads = 0;
   std::int64_t heads_per_kv = 1;  // query head h reads kv head h / heads_per_kv
   int head_dim = 0;               // the true D (<= the instantiated one; a multiple of 8)
 

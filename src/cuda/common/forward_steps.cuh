@@ -58,7 +58,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[Traits::kMTiles][Traits::k
     for (int half = 0; half < 2; ++half) {
       const std::int64_t i = row0 + mt * 16 + g + 8 * half;
       const std::int64_t lo64 = p.mask.first_key(i) - key0;
-      const std::int64_t hi64 = p.mask.last_key(i, p.Nk) - key0;
+      const std::int64_t hi64 = p.mask.last_key(i, p.k_len) - key0;
       // Clamped into [-1, block_n]: same answers for every key of the tile, and fits 32 bits.
       const int lo = static_cast<int>(lo64 < 0 ? 0 : (lo64 > Traits::kBlockN ? Traits::kBlockN : lo64));
       const int hi = static_cast<int>(hi64 < -1 ? -1 : (hi64 >= Traits::kBlockN ? Traits::kBlockN - 1 : hi64));
@@ -248,14 +248,14 @@ __device__ __forceinline__ void write_output(float (&o)[Traits::kMTiles][Traits:
         *reinterpret_cast<std::uint32_t*>(q_smem + QTile::offset(row, dt * 8) + 2 * t) =
             pack_pair<Element>(o[mt][dt][2 * half] * factor, o[mt][dt][2 * half + 1] * factor);
       }
-      if (p.lse != nullptr && t == 0 && i < p.Nq) {
+      if (p.lse != nullptr && t == 0 && i < p.q_len) {
         const float lse = empty_row ? -INFINITY : row_max[mt][half] * p.scale + logf(sum);
-        p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride] = lse;
+        p.lse[b * p.lse_stride_batch + h * p.lse_stride_head + i * p.lse_stride_row] = lse;
       }
     }
   __syncwarp();
 
-  Element* o_base = static_cast<Element*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
+  Element* o_base = static_cast<Element*>(p.o) + b * p.o_strides.batch + h * p.o_strides.head;
   const int chunks_valid = p.head_dim / 8;
   constexpr int kChunks = QTile::kChunks;
   constexpr int kWarpChunks = Traits::kRowsPerWarp * kChunks;
@@ -265,8 +265,8 @@ __device__ __forceinline__ void write_output(float (&o)[Traits::kMTiles][Traits:
     const int e = lane + 32 * k;
     const int row = warp_row0 + e / kChunks, chunk = e % kChunks;
     const std::int64_t i = m0 + row;
-    if (i < p.Nq && chunk < chunks_valid) {
-      *reinterpret_cast<uint4*>(o_base + i * p.o_row_stride + chunk * 8) =
+    if (i < p.q_len && chunk < chunks_valid) {
+      *reinterpret_cast<uint4*>(o_base + i * p.o_strides.row + chunk * 8) =
           *reinterpret_cast<const uint4*>(q_smem + QTile::chunk_offset(row, chunk));
     }
   }

@@ -168,9 +168,9 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
                                     gridDim.x, gridDim.y, p.heads_per_group);
   const std::int64_t m_block = gridDim.x - 1 - item.rank;
   const std::int64_t bh = p.bh_offset + item.head;
-  const std::int64_t b = bh / p.Hq, h = bh % p.Hq, h_kv = h / p.heads_per_kv;
+  const std::int64_t b = bh / p.q_heads, h = bh % p.q_heads, h_kv = h / p.heads_per_kv;
   const std::int64_t m0 = m_block * kBlockM;
-  const std::int64_t m_end = m0 + kBlockM < p.Nq ? m0 + kBlockM : p.Nq;
+  const std::int64_t m_end = m0 + kBlockM < p.q_len ? m0 + kBlockM : p.q_len;
   const int warp_row0 = warp * Traits::kRowsPerWarp;
 
   float o[Traits::kMTiles][Traits::kDTiles][4];
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
   // The keys any row of this tile sees: [first_key(m0), last_key(m_end - 1)] (the mask's bounds
   // grow with the row). Tiles outside are skipped; an empty range writes O = 0, lse = -inf.
   const std::int64_t key_first = p.mask.first_key(m0);
-  const std::int64_t key_last = p.mask.last_key(m_end - 1, p.Nk);
+  const std::int64_t key_last = p.mask.last_key(m_end - 1, p.k_len);
   if (key_first > key_last) {
     write_output<Traits>(o, row_max, row_sum, p, b, h, m0, warp_row0, lane, q_smem);
     return;
@@ -196,12 +196,12 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
   const std::int64_t tile_begin = key_first / kBlockN;
   const std::int64_t tile_end = key_last / kBlockN + 1;
 
-  const Element* q_gmem = static_cast<const Element*>(p.q) + b * p.q_batch_stride +
-                          h * p.q_head_stride + m0 * p.q_row_stride;
+  const Element* q_gmem = static_cast<const Element*>(p.q) + b * p.q_strides.batch +
+                          h * p.q_strides.head + m0 * p.q_strides.row;
   const Element* k_gmem =
-      static_cast<const Element*>(p.k) + b * p.k_batch_stride + h_kv * p.k_head_stride;
+      static_cast<const Element*>(p.k) + b * p.k_strides.batch + h_kv * p.k_strides.head;
   const Element* v_gmem =
-      static_cast<const Element*>(p.v) + b * p.v_batch_stride + h_kv * p.v_head_stride;
+      static_cast<const Element*>(p.v) + b * p.v_strides.batch + h_kv * p.v_strides.head;
   const int chunks_valid = p.head_dim / 8;
 
   // K/V tiles wholly inside [0, Nk) (all but possibly the last) take a lighter copy path when
@@ -230,32 +230,32 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
     for (int i = 0; i < kKvCopies; ++i) {
       cp_async_16(k_to + i * KVTile::kRowStepElements(kKvRowStep), k_from, kv_chunk_valid);
       cp_async_16(v_to + i * KVTile::kRowStepElements(kKvRowStep), v_from, kv_chunk_valid);
-      k_from += kKvRowStep * p.k_row_stride;
-      v_from += kKvRowStep * p.v_row_stride;
+      k_from += kKvRowStep * p.k_strides.row;
+      v_from += kKvRowStep * p.v_strides.row;
     }
   };
 
   // A tile whose rows may pass Nk: the checked loader zero-fills rows >= Nk.
   auto load_partial_kv_tile = [&](std::int64_t tile, int stage) {
     const std::int64_t n0 = tile * kBlockN;
-    load_tile_async<KVTile, Traits::kThreads>(k_stage(stage), k_gmem + n0 * p.k_row_stride,
-                                              p.k_row_stride, p.Nk - n0, chunks_valid, tid);
-    load_tile_async<KVTile, Traits::kThreads>(v_stage(stage), v_gmem + n0 * p.v_row_stride,
-                                              p.v_row_stride, p.Nk - n0, chunks_valid, tid);
+    load_tile_async<KVTile, Traits::kThreads>(k_stage(stage), k_gmem + n0 * p.k_strides.row,
+                                              p.k_strides.row, p.k_len - n0, chunks_valid, tid);
+    load_tile_async<KVTile, Traits::kThreads>(v_stage(stage), v_gmem + n0 * p.v_strides.row,
+                                              p.v_strides.row, p.k_len - n0, chunks_valid, tid);
   };
 
   auto load_kv_tile = [&](std::int64_t tile, int stage) {
     const std::int64_t n0 = tile * kBlockN;
-    const Element* k_src = k_gmem + n0 * p.k_row_stride;
-    const Element* v_src = v_gmem + n0 * p.v_row_stride;
-    if (n0 + kBlockN <= p.Nk) {
+    const Element* k_src = k_gmem + n0 * p.k_strides.row;
+    const Element* v_src = v_gmem + n0 * p.v_strides.row;
+    if (n0 + kBlockN <= p.k_len) {
       if constexpr (kKvWholeRows) {
-        copy_full_kv_tile(k_src + kv_row0 * p.k_row_stride + kv_col,
-                          v_src + kv_row0 * p.v_row_stride + kv_col, stage);
+        copy_full_kv_tile(k_src + kv_row0 * p.k_strides.row + kv_col,
+                          v_src + kv_row0 * p.v_strides.row + kv_col, stage);
       } else {
-        load_tile_async<KVTile, Traits::kThreads, false>(k_stage(stage), k_src, p.k_row_stride,
+        load_tile_async<KVTile, Traits::kThreads, false>(k_stage(stage), k_src, p.k_strides.row,
                                                          kBlockN, chunks_valid, tid);
-        load_tile_async<KVTile, Traits::kThreads, false>(v_stage(stage), v_src, p.v_row_stride,
+        load_tile_async<KVTile, Traits::kThreads, false>(v_stage(stage), v_src, p.v_strides.row,
                                                          kBlockN, chunks_valid, tid);
       }
     } else {
@@ -267,12 +267,12 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
   auto load_single_tile = [&](Element* dst, const Element* gmem, std::int64_t row_stride,
                               std::int64_t tile) {
     const std::int64_t n0 = tile * kBlockN;
-    if (n0 + kBlockN <= p.Nk) {
+    if (n0 + kBlockN <= p.k_len) {
       load_tile_async<KVTile, Traits::kThreads, false>(dst, gmem + n0 * row_stride, row_stride,
                                                        kBlockN, chunks_valid, tid);
     } else {
       load_tile_async<KVTile, Traits::kThreads>(dst, gmem + n0 * row_stride, row_stride,
-                                                p.Nk - n0, chunks_valid, tid);
+                                                p.k_len - n0, chunks_valid, tid);
     }
   };
 
@@ -287,12 +287,12 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
   // group for Q + K0 + V0 (its extra first-tile wait costs ptxas spills there), and every tile t
   // in group t.
   constexpr bool kSplitFirstTile = !kExtras;
-  load_tile_async<typename Traits::QTile, Traits::kThreads>(q_smem, q_gmem, p.q_row_stride,
-                                                            p.Nq - m0, chunks_valid, tid);
+  load_tile_async<typename Traits::QTile, Traits::kThreads>(q_smem, q_gmem, p.q_strides.row,
+                                                            p.q_len - m0, chunks_valid, tid);
   if constexpr (kSplitFirstTile) {
-    load_single_tile(k_stage(0), k_gmem, p.k_row_stride, tile_begin);
+    load_single_tile(k_stage(0), k_gmem, p.k_strides.row, tile_begin);
     cp_async_commit();
-    load_single_tile(v_stage(0), v_gmem, p.v_row_stride, tile_begin);
+    load_single_tile(v_stage(0), v_gmem, p.v_strides.row, tile_begin);
   } else {
     load_kv_tile(tile_begin, 0);
   }
@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
   {
     const std::int64_t base = tile_begin * kBlockN;
     std::int64_t lo = base;                // n0 >= lo
-    std::int64_t hi = p.Nk - kBlockN;      // n0 <= hi
+    std::int64_t hi = p.k_len - kBlockN;      // n0 <= hi
     if (p.mask.active()) {
       const std::int64_t lo_mask = (m_end - 1) + p.mask.shift - p.mask.left;
       const std::int64_t hi_mask = m0 + p.mask.shift + p.mask.right - (kBlockN - 1);
@@ -332,12 +332,12 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
   }
 
   // Prefetches of tiles it < num_full_tiles (counted from tile_begin) read only rows < Nk.
-  const std::int64_t full_tile_end = p.Nk / kBlockN < tile_end ? p.Nk / kBlockN : tile_end;
+  const std::int64_t full_tile_end = p.k_len / kBlockN < tile_end ? p.k_len / kBlockN : tile_end;
   const int num_full_tiles = static_cast<int>(full_tile_end - tile_begin);
   // The fast copy's source pointers for the first in-loop prefetch, tile_begin + kStages - 1.
   const std::int64_t first_prefetch_n0 = (tile_begin + kStages - 1) * kBlockN;
-  const Element* k_next = k_gmem + (first_prefetch_n0 + kv_row0) * p.k_row_stride + kv_col;
-  const Element* v_next = v_gmem + (first_prefetch_n0 + kv_row0) * p.v_row_stride + kv_col;
+  const Element* k_next = k_gmem + (first_prefetch_n0 + kv_row0) * p.k_strides.row + kv_col;
+  const Element* v_next = v_gmem + (first_prefetch_n0 + kv_row0) * p.v_strides.row + kv_col;
 
   const auto bh32 = static_cast<std::uint32_t>(bh);
   for (int it = 0; it < num_tiles; ++it) {
@@ -362,8 +362,8 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
       if (prefetch < num_tiles) load_kv_tile(tile_begin + prefetch, prefetch % kStages);
     }
     if constexpr (kKvWholeRows) {
-      k_next += kBlockN * p.k_row_stride;
-      v_next += kBlockN * p.v_row_stride;
+      k_next += kBlockN * p.k_strides.row;
+      v_next += kBlockN * p.v_strides.row;
     }
     cp_async_commit();
 

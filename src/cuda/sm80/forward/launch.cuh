@@ -27,7 +27,7 @@ void launch_forward_kernel(const ForwardParams& params, std::int64_t batch_heads
   constexpr int kSmem = Traits::kSmemBytes;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute (forward shared memory)");
-  const std::int64_t m_blocks = (params.Nq + Traits::kBlockM - 1) / Traits::kBlockM;
+  const std::int64_t m_blocks = (params.q_len + Traits::kBlockM - 1) / Traits::kBlockM;
   // Occupancy is only asked for where the block order matters (a mask makes tile costs unequal).
   const bool ordered = FLASHPP_BLOCK_ORDER && params.mask.active();
   const std::int64_t slots = ordered ? cached_resident_blocks(kernel, Traits::kThreads, kSmem) : 0;

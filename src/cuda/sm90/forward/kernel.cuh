@@ -164,12 +164,12 @@ __device__ __forceinline__ ForwardTile forward_tile(const ForwardParams& p) {
                                     gridDim.x, gridDim.y, p.heads_per_group);
   ForwardTile t;
   t.bh = p.bh_offset + item.head;
-  t.b = t.bh / p.Hq;
-  t.h = t.bh % p.Hq;
+  t.b = t.bh / p.q_heads;
+  t.h = t.bh % p.q_heads;
   t.h_kv = t.h / p.heads_per_kv;
   t.m0 = (gridDim.x - 1 - item.rank) * Traits::kBlockM;
-  t.m_end = t.m0 + Traits::kBlockM < p.Nq ? t.m0 + Traits::kBlockM : p.Nq;
-  t.keys = key_tile_range(p.mask, p.Nk, t.m0, t.m_end, Traits::kBlockN);
+  t.m_end = t.m0 + Traits::kBlockM < p.q_len ? t.m0 + Traits::kBlockM : p.q_len;
+  t.keys = key_tile_range(p.mask, p.k_len, t.m0, t.m_end, Traits::kBlockN);
   return t;
 }
 

@@ -40,7 +40,7 @@ void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
                         const char* what) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
              "cudaFuncSetAttribute (sm90 forward shared memory)");
-  const std::int64_t m_blocks = (p.args.Nq + block_m - 1) / block_m;
+  const std::int64_t m_blocks = (p.args.q_len + block_m - 1) / block_m;
   const bool ordered = FLASHPP_BLOCK_ORDER && p.args.mask.active();
   const std::int64_t slots = ordered ? cached_resident_blocks(kernel, threads, smem_bytes) : 0;
   constexpr std::int64_t kMaxGridY = 65535;

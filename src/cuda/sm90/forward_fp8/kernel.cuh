@@ -317,15 +317,15 @@ __device__ __forceinline__ void write_output_fp8(const float (&o)[1][Traits::kDT
                                                  int lane) {
   using Out = typename Traits::Out;
   const int g = lane >> 2, t = lane & 3;
-  Out* o_base = static_cast<Out*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride;
+  Out* o_base = static_cast<Out*>(p.o) + tile.b * p.o_strides.batch + tile.h * p.o_strides.head;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const std::int64_t i = row0 + g + 8 * half;
     const float sum = quad_sum(row_sum[0][half]);
     const bool empty_row = !(sum > 0.0f);
     const float factor = empty_row ? 0.0f : v_scale / sum;
-    if (i < p.Nq) {
-      Out* row = o_base + i * p.o_row_stride;
+    if (i < p.q_len) {
+      Out* row = o_base + i * p.o_strides.row;
 #pragma unroll
       for (int dt = 0; dt < Traits::kDTiles; ++dt) {
         const int col = dt * 8 + 2 * t;
@@ -337,7 +337,7 @@ __device__ __forceinline__ void write_output_fp8(const float (&o)[1][Traits::kDT
       if (p.lse != nullptr && t == 0) {
         const float lse = empty_row ? -INFINITY
                                     : row_max[0][half] * scale_qk + logf(sum) - kPOffsetLog2 * kLn2;
-        p.lse[tile.b * p.lse_batch_stride + tile.h * p.lse_head_stride + i * p.lse_row_stride] = lse;
+        p.lse[tile.b * p.lse_stride_batch + tile.h * p.lse_stride_head + i * p.lse_stride_row] = lse;
       }
     }
   }
