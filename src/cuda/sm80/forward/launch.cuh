@@ -1,6 +1,6 @@
 // Launches one instantiation (element type x head dim) of the sm80 forward: grid, shared memory
 // opt-in, and the choice between the plain kernel and the one with softcap/dropout code.
-// Each fwd_hdim*_*.cu file instantiates launch_forward for one (Element, kHeadDim).
+// Each instances/fwd_d*_*.cu file instantiates launch_forward for one (Element, kHeadDim).
 #pragma once
 
 #include <cuda_runtime.h>
