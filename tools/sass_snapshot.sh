@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# A GPU-free check that a refactor left the kernels alone: dump the SASS of every CUDA object of a
+# build, then compare two dumps. Instructions must match; the lines that name a kernel
+# ("Function :", whose anonymous-namespace hash follows the file's contents) or its source file
+# ("identifier =") are left out. Objects are named by their path under src/cuda; the instance
+# renames of session 11 are mapped (sm80 fwd_hdim -> instances/fwd_d, main_/dq_ -> bwd_main_/bwd_dq_).
+#
+#   tools/sass_snapshot.sh dump BUILD_DIR OUT_DIR     e.g. before and after a change
+#   tools/sass_snapshot.sh compare BEFORE_DIR AFTER_DIR
+#
+# cuobjdump comes from the CUDA toolkit (or triton's copy: CUOBJDUMP=.../triton/backends/nvidia/bin/cuobjdump).
+set -euo pipefail
+CUOBJDUMP=${CUOBJDUMP:-$(command -v cuobjdump || true)}
+case "${1:-}" in
+  dump)
+    [ -n "$CUOBJDUMP" ] || { echo "sass_snapshot: no cuobjdump (set CUOBJDUMP)" >&2; exit 2; }
+    mkdir -p "$3"
+    n=0
+    while IFS= read -r o; do
+      name=$(echo "${o%.o}" | sed 's|.*src/cuda/||; s|/|__|g')
+      "$CUOBJDUMP" -sass "$o" 2>/dev/null | sed -E 's/^\s+//' | grep -v -e '^$' -e 'Function :' -e 'identifier =' \
+        > "$3/$name.sass" || true
+      n=$((n + 1))
+    done < <(find "$2" -path '*src/cuda/*' -name '*.cu.o')
+    echo "sass_snapshot: $n objects dumped to $3"
+    ;;
+  compare)
+    same=0 differ=0 missing=0
+    for f in "$3"/*.sass; do
+      b=$(basename "$f")
+      old=$(echo "$b" | sed -E 's/^sm80__forward__instances__fwd_d/sm80__forward__fwd_hdim/;
+        s/__bwd_(main|dq)_(d[0-9]+)_fp16/__\1_\2_f16/; s/__bwd_(main|dq)_/__\1_/')
+      if [ -f "$2/$b" ]; then ref="$2/$b"; elif [ -f "$2/$old" ]; then ref="$2/$old"; else missing=$((missing + 1)); echo "new: $b"; continue; fi
+      if cmp -s "$ref" "$f"; then same=$((same + 1)); else differ=$((differ + 1)); echo "DIFFERS: $b"; fi
+    done
+    echo "sass_snapshot: $same identical, $differ differ, $missing without a counterpart"
+    [ "$differ" = 0 ]
+    ;;
+  *) sed -n '2,12p' "$0"; exit 2 ;;
+esac
