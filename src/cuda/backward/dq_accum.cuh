@@ -2,7 +2,7 @@
 // main kernel adds a warp's mma accumulator fragment into it, and how the postprocess reads it.
 //
 // The accumulator is stored in blocks of 16 rows x 8 columns, one block per mma accumulator
-// fragment (common/mma.cuh: lane l = 4g + t holds (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) as
+// fragment (ptx/mma.cuh: lane l = 4g + t holds (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) as
 // c0..c3). Block (bh, row/16, col/8) is 128 consecutive floats, ordered so that a warp adds a
 // whole fragment with the widest atomics the GPU has, over contiguous memory:
 //   sm90+: lane-major, c0..c3 of lane l at 4l..4l+3  -> one 16-byte red per lane, 512 B per warp

@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "../common/math.cuh"
-#include "../common/mma.cuh"
+#include "../ptx/mma.cuh"
 #include "../common/swizzle.cuh"
 #include "../common/swizzled_fragments.cuh"
 #include "config.hpp"

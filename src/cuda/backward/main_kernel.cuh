@@ -31,10 +31,10 @@
 
 #include "../common/block_order.cuh"
 #include "../common/math.cuh"
-#include "../common/mma.cuh"
+#include "../ptx/mma.cuh"
 #include "../common/swizzle.cuh"
 #include "../common/swizzled_fragments.cuh"
-#include "../common/tma.cuh"
+#include "../ptx/tma.cuh"
 #include "config.hpp"
 #include "dq_accum.cuh"
 #include "params.hpp"

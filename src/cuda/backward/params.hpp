@@ -62,7 +62,7 @@ struct BackwardParams {
   // Launch order of the main kernel's (key tile, kv head) items: common/block_order.cuh.
   std::int64_t heads_per_group = 1;
 
-  // Main kernel on sm90: q and dout tiles through the bulk copy engine (common/tma.cuh), with
+  // Main kernel on sm90: q and dout tiles through the bulk copy engine (ptx/tma.cuh), with
   // these maps (boxes of one query tile x 64 columns); false: cp.async by every thread.
   bool use_tma = false;
   CUtensorMap q_map{}, dout_map{};

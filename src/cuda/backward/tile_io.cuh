@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "../common/cp_async.cuh"
+#include "../ptx/cp_async.cuh"
 #include "../common/tile_copy.cuh"
 
 namespace flashpp::cuda::bwd {

@@ -21,7 +21,7 @@
 
 #include <cstdint>
 
-#include "ldmatrix.cuh"
+#include "../ptx/ldmatrix.cuh"
 
 namespace flashpp::cuda {
 

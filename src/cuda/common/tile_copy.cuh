@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "cp_async.cuh"
+#include "../ptx/cp_async.cuh"
 #include "swizzle.cuh"
 
 namespace flashpp::cuda {

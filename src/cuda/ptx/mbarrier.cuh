@@ -1,5 +1,5 @@
 // The shared-memory transaction barrier (mbarrier) in the roles a producer/consumer pipeline
-// needs beyond common/tma.cuh's single-arrival use: a barrier that several consumers arrive on
+// needs beyond ptx/tma.cuh's single-arrival use: a barrier that several consumers arrive on
 // (count > 1) and the plain arrival. sm90+ (through CCCL's cuda::ptx).
 #pragma once
 

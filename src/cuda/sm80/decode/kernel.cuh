@@ -24,10 +24,10 @@
 
 #include "../../../common/lse_merge.hpp"
 #include "../../../common/split_kv.hpp"
-#include "../../common/cp_async.cuh"
-#include "../../common/ldmatrix.cuh"
+#include "../../ptx/cp_async.cuh"
+#include "../../ptx/ldmatrix.cuh"
 #include "../../common/math.cuh"
-#include "../../common/mma.cuh"
+#include "../../ptx/mma.cuh"
 #include "../../common/poison.cuh"
 #include "params.hpp"
 

@@ -20,10 +20,10 @@
 #include <cstdint>
 
 #include "../../common/block_order.cuh"
-#include "../../common/cp_async.cuh"
-#include "../../common/ldmatrix.cuh"
+#include "../../ptx/cp_async.cuh"
+#include "../../ptx/ldmatrix.cuh"
 #include "../../common/math.cuh"
-#include "../../common/mma.cuh"
+#include "../../ptx/mma.cuh"
 #include "../../common/swizzle.cuh"
 #include "../../common/swizzled_fragments.cuh"
 #include "../../common/tile_copy.cuh"
@@ -63,7 +63,7 @@ struct ForwardTraits {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Per-warp tile products (fragment layouts: see common/mma.cuh and common/ldmatrix.cuh)
+// Per-warp tile products (fragment layouts: see ptx/mma.cuh and ptx/ldmatrix.cuh)
 // ---------------------------------------------------------------------------------------------
 
 // S[mt][nt] = Q(rows of this warp) K(tile)^T, accumulated over the head dim.

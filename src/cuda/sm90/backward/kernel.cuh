@@ -41,7 +41,7 @@
 #include "../../common/dropout_signs.cuh"
 #include "../../common/math.cuh"
 #include "../../common/swizzle.cuh"
-#include "../../common/tma.cuh"
+#include "../../ptx/tma.cuh"
 #include "../../ptx/mbarrier.cuh"
 #include "../../ptx/turnstile.cuh"
 #include "../../ptx/warpgroup.cuh"

@@ -29,7 +29,7 @@
 #include "../../common/forward_steps.cuh"
 #include "../../common/swizzle.cuh"
 #include "../../common/tile_range.hpp"
-#include "../../common/tma.cuh"
+#include "../../ptx/tma.cuh"
 #include "../../ptx/mbarrier.cuh"
 #include "../../ptx/warpgroup.cuh"
 #include "../../ptx/wgmma.cuh"
