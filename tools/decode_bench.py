@@ -34,23 +34,14 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flashpp_c import Tensor, Options, KvCache, PackedBatch  # noqa: E402  (the C API's structs, shared)
+from flashpp_c import Options, KvCache, PackedBatch, Tensor, tensor_view  # noqa: E402  (the C API's structs, shared)
 
 
 DTYPES = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 0, torch.int32: 5}  # FLASHPP_I32 = 5
 
 
 def view(t):
-    v = Tensor()
-    v.data = t.data_ptr()
-    v.dtype = DTYPES[t.dtype]
-    v.device_type = 1
-    v.device_index = t.device.index or 0
-    v.rank = t.dim()
-    for i in range(t.dim()):
-        v.sizes[i] = t.shape[i]
-        v.strides[i] = t.stride(i)
-    return v
+    return tensor_view(t, DTYPES[t.dtype])
 
 
 class Flashpp:

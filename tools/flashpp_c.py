@@ -41,6 +41,20 @@ class PackedBatch(ctypes.Structure):
                 ("max_seqlen_q", ctypes.c_int64), ("max_seqlen_k", ctypes.c_int64)]
 
 
+def tensor_view(t, dtype_code, device_type=CUDA):
+    """A Tensor describing torch tensor t (any strides; its data stays where it is)."""
+    v = Tensor()
+    v.data = t.data_ptr()
+    v.dtype = dtype_code
+    v.device_type = device_type
+    v.device_index = (t.device.index or 0) if device_type == CUDA else 0
+    v.rank = t.dim()
+    for i in range(t.dim()):
+        v.sizes[i] = t.shape[i]
+        v.strides[i] = t.stride(i)
+    return v
+
+
 # C struct name -> ctypes class, for the layout test.
 STRUCTS = {"flashpp_tensor": Tensor, "flashpp_options": Options, "flashpp_kv_cache": KvCache,
            "flashpp_packed_batch": PackedBatch}

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flashpp_c import Tensor, Options  # noqa: E402  (the C API's structs, shared)
+from flashpp_c import Options, Tensor, tensor_view  # noqa: E402  (the C API's structs, shared)
 
 
 # --------------------------------------------------------------------------------------------
@@ -61,16 +61,7 @@ class Flashpp:
 
     @staticmethod
     def view(t):
-        v = Tensor()
-        v.data = t.data_ptr()
-        v.dtype = DTYPE_CODES[t.dtype]
-        v.device_type = 1
-        v.device_index = t.device.index or 0
-        v.rank = t.dim()
-        for i in range(t.dim()):
-            v.sizes[i] = t.shape[i]
-            v.strides[i] = t.stride(i)
-        return v
+        return tensor_view(t, DTYPE_CODES[t.dtype])
 
     def options(self, causal):
         o = self.lib.flashpp_options_default()
