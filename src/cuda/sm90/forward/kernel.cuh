@@ -119,10 +119,11 @@ enum class ForwardBarrier : int { consumer_epilogue = 1, issue_turn = 4 };
 #ifndef FLASHPP_SM90_PINGPONG
 #define FLASHPP_SM90_PINGPONG 1
 #endif
-// Head dims up to which the softmax of a tile is pinned above the wait for the previous P V
-// product (0: never, the default until an A/B says otherwise: at D 64 the anchor costs spills).
-#ifndef FLASHPP_SOFTMAX_ANCHOR_MAX_D
-#define FLASHPP_SOFTMAX_ANCHOR_MAX_D 0
+// Head dims from which the softmax of a tile is pinned above the wait for the previous P V
+// product, so that it overlaps that product (perf-notes "softmax anchor": +4-10% at D 96-256,
+// -6% at D 64 in session 12 run 2; a value above 256 turns it off).
+#ifndef FLASHPP_SOFTMAX_ANCHOR_MIN_D
+#define FLASHPP_SOFTMAX_ANCHOR_MIN_D 96
 #endif
 
 // Pingpong between consumer warpgroups: they take turns to issue their wgmma, in a fixed
@@ -369,8 +370,8 @@ __device__ __forceinline__ void consumer_mainloop(const Sm90ForwardParams& param
       release_buffer(smem.k_empty(stage), lane);
       const SoftmaxCorrection<Traits> correction = softmax_steps(s, tile.keys.end - 1 - j);
       // The softmax overlaps P V only if ptxas keeps it above the wait (perf-notes: "softmax
-      // anchor"); at D > 64 the registers that takes make ptxas serialise the wgmma instead.
-      if constexpr (Traits::kHeadDim <= FLASHPP_SOFTMAX_ANCHOR_MAX_D) {
+      // anchor"); a plain wait is hoisted above it.
+      if constexpr (Traits::kHeadDim >= FLASHPP_SOFTMAX_ANCHOR_MIN_D) {
         ptx::wgmma_wait_all_after(row_sum[0][0] + row_sum[0][1]);
       } else {
         ptx::wgmma_wait<0>();
