@@ -56,7 +56,7 @@ Options causal(Alignment a) {
   return o;
 }
 
-std::vector<AttentionCase> family_cases(DType dt) {
+std::vector<AttentionCase> family_cases(DType dt, bool sm90) {
   std::vector<AttentionCase> cases;
   // Every head dim class, many key tiles (ring phases wrap), last tile partial.
   for (std::int64_t D : {40, 64, 96, 128, 136, 192, 256}) {
@@ -96,6 +96,19 @@ std::vector<AttentionCase> family_cases(DType dt) {
     cases.push_back(make_case(1, 500, 700, 2, 1, 64, dt, Layout::bnhd, o));
     cases.push_back(make_case(1, 333, 333, 2, 2, 256, dt, Layout::bhnd, o));
   }
+  // More items (query tile x head) than a GPU holds blocks, without a mask: the sm90 forward's
+  // persistent blocks walk two or three items each, carrying the K/V ring, the Q tile's barriers
+  // and the issue turns over. D=256 stages O through the Q tile, the others through a buffer of
+  // their own. (sm90 only: the sm80 grid has one block per item, and these cost the float64
+  // oracle seconds each. Masked items on a walking grid: ForwardSm90Small below.)
+  if (sm90) {
+    cases.push_back(make_case(2, 1100, 800, 16, 4, 64, dt, Layout::bnhd));
+    cases.push_back(make_case(1, 400, 200, 40, 8, 256, dt, Layout::bhnd));
+    Options o;
+    o.dropout_p = 0.1f;
+    o.seed = 7;
+    cases.push_back(make_case(1, 520, 400, 36, 36, 128, dt, Layout::bnhd, o));
+  }
   // No keys at all, and rows with no visible key (bottom-right with Nq > Nk).
   cases.push_back(make_case(1, 130, 0, 2, 2, 128, dt, Layout::bnhd));
   cases.push_back(make_case(1, 400, 100, 2, 2, 128, dt, Layout::bnhd, causal(Alignment::bottom_right)));
@@ -118,7 +131,7 @@ TEST_P(ForwardFamilies, MatchOracle) {
   const FamilyGuard guard(param.family);
   const double u = test::unit_roundoff(param.dtype);
   const test::Tolerance tol = test::float32_kernel_tolerance(param.dtype);
-  for (const AttentionCase& c : family_cases(param.dtype)) {
+  for (const AttentionCase& c : family_cases(param.dtype, std::string(param.family) == "sm90")) {
     SCOPED_TRACE(std::string(param.family) + " " + c.describe());
     const test::AttentionInputs in = test::make_inputs(c);
     const test::ForwardOutputs ours = gpu_test::run_forward_cuda(in, c.options);
@@ -175,12 +188,28 @@ TEST(ForwardSm90Small, SanitizerShapes) {
     cases.push_back(make_case(1, 100, 300, 1, 1, 256, DType::f16, Layout::bnhd, o));
   }
   cases.push_back(make_case(1, 70, 3, 1, 1, 192, DType::bf16, Layout::bnhd));
-  for (const AttentionCase& c : cases) {
-    SCOPED_TRACE(c.describe());
-    const test::AttentionInputs in = test::make_inputs(c);
-    const test::ForwardOutputs ours = gpu_test::run_forward_cuda(in, c.options);
-    const test::OracleResult ref = test::run_oracle(in, c.options, false);
-    EXPECT_LE(test::relative_error(ours.o, ref.fwd.o), test::float32_kernel_tolerance(c.dtype).o);
+  // Items without a visible key between others (bottom-right, Nq > Nk), O staged through Q (D=256).
+  cases.push_back(make_case(2, 300, 100, 3, 1, 64, DType::f16, Layout::bnhd, causal(Alignment::bottom_right)));
+  cases.push_back(make_case(1, 300, 100, 3, 3, 256, DType::bf16, Layout::bhnd, causal(Alignment::bottom_right)));
+  // Each case twice: on the default grid, and on two persistent blocks that walk every item (the
+  // ring, the Q tile's barriers and the issue turns carried from item to item, masked items and
+  // items without a visible key among them).
+  for (const char* max_blocks : {"", "2"}) {
+    if (max_blocks[0] != '\0') {
+      setenv("FLASHPP_SM90_FWD_PERSISTENT", "1", 1);
+      setenv("FLASHPP_SM90_FWD_MAX_BLOCKS", max_blocks, 1);
+    }
+    for (const AttentionCase& c : cases) {
+      SCOPED_TRACE(c.describe() + " max blocks '" + max_blocks + "'");
+      const test::AttentionInputs in = test::make_inputs(c);
+      const test::ForwardOutputs ours = gpu_test::run_forward_cuda(in, c.options);
+      const test::OracleResult ref = test::run_oracle(in, c.options, false);
+      EXPECT_EQ(test::count_nan(ours.o), 0) << "O has unwritten (NaN) elements";
+      EXPECT_LE(test::relative_error(ours.o, ref.fwd.o), test::float32_kernel_tolerance(c.dtype).o);
+      EXPECT_LE(test::max_scaled_error(ours.lse, ref.fwd.lse), test::float32_kernel_tolerance(c.dtype).lse);
+    }
+    unsetenv("FLASHPP_SM90_FWD_PERSISTENT");
+    unsetenv("FLASHPP_SM90_FWD_MAX_BLOCKS");
   }
 }
 

@@ -1,18 +1,22 @@
 // The FlashAttention forward for Hopper (sm_90a): TMA loads, wgmma products, warp specialisation.
 //
-// One thread block computes one query tile (64 rows per consumer warpgroup) of one (batch, head).
-// Its warpgroups take two roles:
-//   producer (warpgroup 0, one thread): loads the Q tile once, then streams K and V tiles through
-//     a ring of `stages` shared-memory buffers with bulk tensor copies (TMA); each buffer has a
-//     "full" barrier per operand (the copy engine completes it) and one "empty" barrier that the
-//     consumers arrive on when they are done with it;
+// A work item is one query tile (64 rows per consumer warpgroup) of one (batch, head). The grid is
+// persistent: one block per SM, each taking items blockIdx.x, blockIdx.x + gridDim.x, ... (or,
+// with FLASHPP_SM90_FWD_PERSISTENT=0, one block per item). Its warpgroups take two roles:
+//   producer (warpgroup 0, one thread): per item, loads the Q tile, then streams K and V tiles
+//     through a ring of `stages` shared-memory buffers with bulk tensor copies (TMA); each buffer
+//     has a "full" barrier per operand (the copy engine completes it) and an "empty" barrier that
+//     the consumers arrive on when they are done with it. The ring runs on across items, so the
+//     next item's first K/V tiles (and, where O has its own staging buffer, its Q tile) load while
+//     the consumers finish the current one;
 //   consumers (warpgroups 1..): each owns 64 query rows and runs the FlashAttention loop on
 //     wgmma, with the softmax of one key tile overlapping the P V product of the previous one:
 //         S(j) = Q K(j)^T              issue (wgmma, both operands in shared memory)
 //         O += P(j-1) V(j-1)           issue (wgmma, P from registers)
 //         wait for S(j); softcap, mask, online softmax, dropout decisions on S(j) -> P(j) (float)
 //         wait for the P V product; release buffer j-1; rescale O; P(j) -> 16-bit A fragments
-//     and at the end O / row sum and lse (common/forward_steps.cuh, shared with the sm80 family).
+//     and at the end O / row sum and lse (common/forward_steps.cuh, shared with the sm80 family),
+//     staged through shared memory: a buffer of its own where it fits, else the Q tile.
 // Key tiles are visited from the last one down, so the tiles that need an element mask under a
 // causal mask (the diagonal ones) come first; tiles the mask hides entirely are never loaded.
 // Rows and columns outside the tensors arrive as zeros from the copy engine.
@@ -38,12 +42,15 @@
 namespace flashpp::cuda::sm90 {
 
 // Kernel parameters: the family-neutral ForwardParams plus the tensor maps of Q, K and V (boxes of
-// block_m or block_n rows x 64 columns, 128-byte swizzled; coordinates (column, row, head, batch)).
+// block_m or block_n rows x 64 columns, 128-byte swizzled; coordinates (column, row, head, batch)),
+// and the launch's items (q_tiles query tiles x heads batch*head pairs; the persistent grid).
 struct Sm90ForwardParams {
   ForwardParams args;
   CUtensorMap q_map;
   CUtensorMap k_map;
   CUtensorMap v_map;
+  std::int64_t q_tiles;
+  std::int64_t heads;
 };
 
 template <typename Element_, int kHeadDim_, typename Config>
@@ -69,8 +76,15 @@ struct Sm90ForwardTraits {
   using KVTile = SwizzledTile<kBlockN, kPaddedHeadDim>;
   static constexpr int kQPanelBytes = kBlockM * 128;
   static constexpr int kKVPanelBytes = kBlockN * 128;
-  static constexpr int kBarriers = 1 + 4 * kStages;  // Q full; per stage K/V full, K/V empty
-  static constexpr int kSmemBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes + 8 * kBarriers;
+  static constexpr int kBarriers = 2 + 4 * kStages;  // Q full/empty; per stage K/V full, K/V empty
+  static constexpr int kMaxSmemBytes = 227 * 1024;
+  // O gets a staging buffer of its own where it fits; then the Q tile is free for the next item
+  // as soon as the last S = Q K^T has completed, instead of after the epilogue.
+  static constexpr bool kSeparateOutput =
+      2 * QTile::kBytes + 2 * kStages * KVTile::kBytes + 8 * kBarriers <= kMaxSmemBytes;
+  static constexpr int kTileBytes = (kSeparateOutput ? 2 : 1) * QTile::kBytes;
+  static constexpr int kSmemBytes = kTileBytes + 2 * kStages * KVTile::kBytes + 8 * kBarriers;
+  static_assert(kSmemBytes <= kMaxSmemBytes, "shared memory of one Hopper block");
 
   // Registers per thread after the reallocation (the block's 64K split between the roles).
   static constexpr int kProducerRegisters = kConsumers == 2 ? 24 : 32;
@@ -80,33 +94,37 @@ struct Sm90ForwardTraits {
   static_assert(kBlockN <= 256 && kBlockM <= 256, "a TMA box has at most 256 rows");
 };
 
-// Shared memory: tiles first (the base is 1024-byte aligned, every panel a multiple of 1024 bytes),
-// then the barriers.
+// Shared memory: tiles first (the base is 1024-byte aligned, every panel a multiple of 1024 bytes):
+// Q, O's staging buffer (if separate), K and V per stage; then the barriers.
 template <typename Traits>
 struct SharedStorage {
   using Element = typename Traits::Element;
   unsigned char* base;
 
   __device__ Element* q() const { return reinterpret_cast<Element*>(base); }
+  __device__ Element* o_stage() const {
+    return reinterpret_cast<Element*>(base + (Traits::kSeparateOutput ? Traits::QTile::kBytes : 0));
+  }
   __device__ Element* k(int stage) const {
-    return reinterpret_cast<Element*>(base + Traits::QTile::kBytes + (2 * stage) * Traits::KVTile::kBytes);
+    return reinterpret_cast<Element*>(base + Traits::kTileBytes + (2 * stage) * Traits::KVTile::kBytes);
   }
   __device__ Element* v(int stage) const {
-    return reinterpret_cast<Element*>(base + Traits::QTile::kBytes +
+    return reinterpret_cast<Element*>(base + Traits::kTileBytes +
                                       (2 * stage + 1) * Traits::KVTile::kBytes);
   }
   __device__ std::uint64_t* barriers() const {
-    return reinterpret_cast<std::uint64_t*>(base + Traits::QTile::kBytes +
+    return reinterpret_cast<std::uint64_t*>(base + Traits::kTileBytes +
                                             2 * Traits::kStages * Traits::KVTile::kBytes);
   }
   __device__ std::uint64_t* q_full() const { return barriers(); }
-  __device__ std::uint64_t* k_full(int stage) const { return barriers() + 1 + stage; }
-  __device__ std::uint64_t* v_full(int stage) const { return barriers() + 1 + Traits::kStages + stage; }
+  __device__ std::uint64_t* q_empty() const { return barriers() + 1; }
+  __device__ std::uint64_t* k_full(int stage) const { return barriers() + 2 + stage; }
+  __device__ std::uint64_t* v_full(int stage) const { return barriers() + 2 + Traits::kStages + stage; }
   __device__ std::uint64_t* k_empty(int stage) const {
-    return barriers() + 1 + 2 * Traits::kStages + stage;
+    return barriers() + 2 + 2 * Traits::kStages + stage;
   }
   __device__ std::uint64_t* v_empty(int stage) const {
-    return barriers() + 1 + 3 * Traits::kStages + stage;
+    return barriers() + 2 + 3 * Traits::kStages + stage;
   }
 };
 
@@ -140,6 +158,11 @@ struct IssueTurns {
   __device__ void start() const {
     if (FLASHPP_SM90_PINGPONG && consumer == kConsumers - 1) ptx::named_barrier_arrive(barrier(0), 256);
   }
+  // After a block's last item (persistent loop, every pass non-final): consumer 0 takes the turn
+  // the rotation left open for it, so that every arrival meets a wait.
+  __device__ void finish() const {
+    if (FLASHPP_SM90_PINGPONG && consumer == 0) ptx::named_barrier_sync(barrier(0), 256);
+  }
   __device__ void wait() const {
     if (FLASHPP_SM90_PINGPONG) ptx::named_barrier_sync(barrier(consumer), 256);
   }
@@ -158,21 +181,37 @@ struct ForwardTile {
   KeyTileRange keys;
 };
 
+// Item `linear` of a launch over q_tiles query tiles x heads (batch * head pairs from bh_offset).
 template <typename Traits>
-__device__ __forceinline__ ForwardTile forward_tile(const ForwardParams& p) {
+__device__ __forceinline__ ForwardTile forward_tile(const ForwardParams& p, std::int64_t linear,
+                                                    std::int64_t q_tiles, std::int64_t heads) {
   // Later query tiles see more keys under a causal mask: they start first (block_order.cuh).
-  const BlockItem item = block_item(static_cast<std::int64_t>(blockIdx.y) * gridDim.x + blockIdx.x,
-                                    gridDim.x, gridDim.y, p.heads_per_group);
+  const BlockItem item = block_item(linear, q_tiles, heads, p.heads_per_group);
   ForwardTile t;
   t.bh = p.bh_offset + item.head;
   t.b = t.bh / p.q_heads;
   t.h = t.bh % p.q_heads;
   t.h_kv = t.h / p.heads_per_kv;
-  t.m0 = (gridDim.x - 1 - item.rank) * Traits::kBlockM;
+  t.m0 = (q_tiles - 1 - item.rank) * Traits::kBlockM;
   t.m_end = t.m0 + Traits::kBlockM < p.q_len ? t.m0 + Traits::kBlockM : p.q_len;
   t.keys = key_tile_range(p.mask, p.k_len, t.m0, t.m_end, Traits::kBlockN);
   return t;
 }
+
+// The item of a block in a grid of one block per item (gridDim.x query tiles x gridDim.y heads).
+template <typename Traits>
+__device__ __forceinline__ ForwardTile forward_tile(const ForwardParams& p) {
+  return forward_tile<Traits>(p, static_cast<std::int64_t>(blockIdx.y) * gridDim.x + blockIdx.x,
+                              gridDim.x, gridDim.y);
+}
+
+// The items of this block in a launch of `items` = q_tiles x heads: blockIdx.x, then every
+// gridDim.x-th (a grid of one block per item gives each block one).
+struct ItemWalk {
+  std::int64_t items, q_tiles, heads;
+  __device__ std::int64_t first() const { return blockIdx.x; }
+  __device__ std::int64_t stride() const { return gridDim.x; }
+};
 
 // ---------------------------------------------------------------------------------------------
 // Producer: one thread issues every copy
@@ -185,22 +224,35 @@ __device__ __forceinline__ void wait_buffer_empty(std::uint64_t* empty, int stag
   if (j >= stages) mbarrier_wait(empty, static_cast<std::uint32_t>(j / stages - 1) & 1u);
 }
 
+// The copies of one item. `items_done`: items this block finished before (the Q tile's turn);
+// `ring`: K/V tiles this block loaded before (the ring position, advanced here). Every item
+// completes q_full once (an item without keys with a plain arrival), after the consumers
+// released the previous item's Q tile.
 template <typename Traits>
-__device__ __forceinline__ void load_q_and_kv_tiles(const Sm90ForwardParams& params,
-                                                    const SharedStorage<Traits>& smem,
-                                                    const ForwardTile& tile) {
+__device__ __forceinline__ void load_item(const Sm90ForwardParams& params,
+                                          const SharedStorage<Traits>& smem,
+                                          const ForwardTile& tile, int items_done, int& ring) {
   const int h = static_cast<int>(tile.h), h_kv = static_cast<int>(tile.h_kv);
   const int b = static_cast<int>(tile.b);
-  mbarrier_expect_bytes(smem.q_full(), Traits::QTile::kBytes);
-#pragma unroll
-  for (int panel = 0; panel < Traits::kPanels; ++panel) {
-    tma_load_4d(reinterpret_cast<unsigned char*>(smem.q()) + panel * Traits::kQPanelBytes,
-                &params.q_map, panel * 64, static_cast<int>(tile.m0), h, b, smem.q_full());
-  }
   const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
+  auto load_q = [&] {
+    if (items_done > 0) mbarrier_wait(smem.q_empty(), static_cast<std::uint32_t>(items_done - 1) & 1u);
+    if (num_tiles == 0) {
+      ptx::mbarrier_arrive(smem.q_full());
+      return;
+    }
+    mbarrier_expect_bytes(smem.q_full(), Traits::QTile::kBytes);
+#pragma unroll
+    for (int panel = 0; panel < Traits::kPanels; ++panel) {
+      tma_load_4d(reinterpret_cast<unsigned char*>(smem.q()) + panel * Traits::kQPanelBytes,
+                  &params.q_map, panel * 64, static_cast<int>(tile.m0), h, b, smem.q_full());
+    }
+  };
+  if (num_tiles == 0) load_q();
   for (int j = 0; j < num_tiles; ++j) {
-    const int stage = j % Traits::kStages;
-    wait_buffer_empty(smem.k_empty(stage), Traits::kStages, j);
+    const int slot = ring + j;
+    const int stage = slot % Traits::kStages;
+    wait_buffer_empty(smem.k_empty(stage), Traits::kStages, slot);
     const int n0 = static_cast<int>((tile.keys.end - 1 - j) * Traits::kBlockN);
     mbarrier_expect_bytes(smem.k_full(stage), Traits::KVTile::kBytes);
 #pragma unroll
@@ -208,13 +260,25 @@ __device__ __forceinline__ void load_q_and_kv_tiles(const Sm90ForwardParams& par
       tma_load_4d(reinterpret_cast<unsigned char*>(smem.k(stage)) + panel * Traits::kKVPanelBytes,
                   &params.k_map, panel * 64, n0, h_kv, b, smem.k_full(stage));
     }
-    wait_buffer_empty(smem.v_empty(stage), Traits::kStages, j);
+    if (j == 0) load_q();  // the first K tile may load while the previous item's Q is in use
+    wait_buffer_empty(smem.v_empty(stage), Traits::kStages, slot);
     mbarrier_expect_bytes(smem.v_full(stage), Traits::KVTile::kBytes);
 #pragma unroll
     for (int panel = 0; panel < Traits::kPanels; ++panel) {
       tma_load_4d(reinterpret_cast<unsigned char*>(smem.v(stage)) + panel * Traits::kKVPanelBytes,
                   &params.v_map, panel * 64, n0, h_kv, b, smem.v_full(stage));
     }
+  }
+  ring += num_tiles;
+}
+
+template <typename Traits>
+__device__ __forceinline__ void producer_loop(const Sm90ForwardParams& params,
+                                              const SharedStorage<Traits>& smem, const ItemWalk& walk) {
+  int ring = 0, items_done = 0;
+  for (std::int64_t linear = walk.first(); linear < walk.items; linear += walk.stride(), ++items_done) {
+    load_item<Traits>(params, smem, forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
+                      items_done, ring);
   }
 }
 
@@ -283,12 +347,18 @@ __device__ __forceinline__ void release_buffer(std::uint64_t* empty, int lane) {
   if (lane == 0) ptx::mbarrier_arrive(empty);
 }
 
-// kExtras: the instantiation that also handles softcap and dropout (their code costs registers,
-// so the plain one leaves it out).
+// This warp is done with the Q tile of its item: one arrival per warp on q_empty.
+__device__ __forceinline__ void release_q(std::uint64_t* q_empty, int lane) { release_buffer(q_empty, lane); }
+
+// One item of one consumer warpgroup. kExtras: the instantiation that also handles softcap and
+// dropout (their code costs registers, so the plain one leaves it out). `items_done` and `ring`
+// as for load_item (ring advanced here).
 template <typename Traits, bool kExtras>
-__device__ __forceinline__ void consumer_mainloop(const Sm90ForwardParams& params,
-                                                  const SharedStorage<Traits>& smem,
-                                                  const ForwardTile& tile, int consumer) {
+__device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
+                                              const SharedStorage<Traits>& smem,
+                                              const ForwardTile& tile, int consumer,
+                                              const IssueTurns<Traits::kConsumers>& turns,
+                                              int items_done, int& ring) {
   const ForwardParams& p = params.args;
   const int lane = threadIdx.x & 31;
   const int warp_in_group = (threadIdx.x / 32) & 3;
@@ -304,6 +374,8 @@ __device__ __forceinline__ void consumer_mainloop(const Sm90ForwardParams& param
     for (int c = 0; c < 4; ++c) o[0][dt][c] = 0.0f;
 
   const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
+  mbarrier_wait(smem.q_full(), static_cast<std::uint32_t>(items_done) & 1u);
+  if (num_tiles == 0 && Traits::kSeparateOutput) release_q(smem.q_empty(), lane);
   if (num_tiles > 0) {
     const auto bh32 = static_cast<std::uint32_t>(tile.bh);
     const bool dropout = kExtras && p.dropout.threshold != 0;
@@ -337,30 +409,28 @@ __device__ __forceinline__ void consumer_mainloop(const Sm90ForwardParams& param
         }
       }
     };
-    const IssueTurns<Traits::kConsumers> turns{consumer};
-    turns.start();
-    mbarrier_wait(smem.q_full(), 0);
+    // Ring slot of key tile j of this item: its stage and the parity of that stage's use.
+    auto stage_of = [&](int j) { return (ring + j) % Traits::kStages; };
+    auto phase_of = [&](int j) { return static_cast<std::uint32_t>((ring + j) / Traits::kStages) & 1u; };
 
     // Tile 0 (the last key tile): scores, softmax, nothing to overlap with yet.
     {
       float s[1][Traits::kNTiles][4];
-      mbarrier_wait(smem.k_full(0), 0);
+      mbarrier_wait(smem.k_full(stage_of(0)), phase_of(0));
       turns.wait();
-      issue_scores<Traits>(s[0], smem, consumer, 0);
+      issue_scores<Traits>(s[0], smem, consumer, stage_of(0));
       turns.pass(false);
       ptx::wgmma_wait<0>();
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
-      release_buffer(smem.k_empty(0), lane);
+      release_buffer(smem.k_empty(stage_of(0)), lane);
       softmax_steps(s, tile.keys.end - 1);  // O is still zero: no rescale
       prepare_p(s[0]);
     }
     for (int j = 1; j < num_tiles; ++j) {
-      const int stage = j % Traits::kStages, prev_stage = (j - 1) % Traits::kStages;
-      const std::uint32_t phase = (j / Traits::kStages) & 1u;
-      const std::uint32_t prev_phase = ((j - 1) / Traits::kStages) & 1u;
+      const int stage = stage_of(j), prev_stage = stage_of(j - 1);
       float s[1][Traits::kNTiles][4];
-      mbarrier_wait(smem.k_full(stage), phase);
-      mbarrier_wait(smem.v_full(prev_stage), prev_phase);
+      mbarrier_wait(smem.k_full(stage), phase_of(j));
+      mbarrier_wait(smem.v_full(prev_stage), phase_of(j - 1));
       turns.wait();
       issue_scores<Traits>(s[0], smem, consumer, stage);
       issue_pv<Traits>(o[0], p_frag, smem, prev_stage);
@@ -382,20 +452,46 @@ __device__ __forceinline__ void consumer_mainloop(const Sm90ForwardParams& param
       rescale_output<Traits>(o, correction);
       prepare_p(s[0]);
     }
+    // Every S = Q K^T of this item has completed (waited above): Q may take the next item's
+    // tile while the last P V runs, where O does not stage through it.
+    if constexpr (Traits::kSeparateOutput) release_q(smem.q_empty(), lane);
     const int last = num_tiles - 1;
-    mbarrier_wait(smem.v_full(last % Traits::kStages), (last / Traits::kStages) & 1u);
+    mbarrier_wait(smem.v_full(stage_of(last)), phase_of(last));
     turns.wait();
-    issue_pv<Traits>(o[0], p_frag, smem, last % Traits::kStages);
-    turns.pass(true);
+    issue_pv<Traits>(o[0], p_frag, smem, stage_of(last));
+    turns.pass(false);
     ptx::wgmma_wait<0>();
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o));
     ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockN / 4]>(p_frag));
+    release_buffer(smem.v_empty(stage_of(last)), lane);
+    ring += num_tiles;
   }
 
-  // Every warp of this warpgroup is done reading its Q rows (the last wgmma has completed in all
-  // four) before write_output stages O through them.
-  ptx::named_barrier_sync(static_cast<int>(ForwardBarrier::consumer_epilogue) + consumer, 128);
-  write_output<Traits>(o, row_max, row_sum, p, tile.b, tile.h, tile.m0, warp_row0, lane, smem.q());
+  if constexpr (Traits::kSeparateOutput) {
+    write_output<Traits>(o, row_max, row_sum, p, tile.b, tile.h, tile.m0, warp_row0, lane, smem.o_stage());
+  } else {
+    // Every warp of this warpgroup is done reading its Q rows (the last wgmma has completed in
+    // all four) before write_output stages O through them; then the tile goes to the next item.
+    ptx::named_barrier_sync(static_cast<int>(ForwardBarrier::consumer_epilogue) + consumer, 128);
+    write_output<Traits>(o, row_max, row_sum, p, tile.b, tile.h, tile.m0, warp_row0, lane, smem.o_stage());
+    ptx::fence_shared_to_async();  // the staging reads come before the copy engine's next Q write
+    release_q(smem.q_empty(), lane);
+  }
+}
+
+template <typename Traits, bool kExtras>
+__device__ __forceinline__ void consumer_loop(const Sm90ForwardParams& params,
+                                              const SharedStorage<Traits>& smem, const ItemWalk& walk,
+                                              int consumer) {
+  const IssueTurns<Traits::kConsumers> turns{consumer};
+  turns.start();
+  int ring = 0, items_done = 0;
+  for (std::int64_t linear = walk.first(); linear < walk.items; linear += walk.stride(), ++items_done) {
+    consumer_item<Traits, kExtras>(params, smem,
+                                   forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
+                                   consumer, turns, items_done, ring);
+  }
+  turns.finish();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -409,10 +505,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   poison_dynamic_smem(smem_raw);  // test builds only (poison.cuh)
   const SharedStorage<Traits> smem{smem_raw};
-  const ForwardTile tile = forward_tile<Traits>(params.args);
+  const ItemWalk walk{params.q_tiles * params.heads, params.q_tiles, params.heads};
 
   if (threadIdx.x == 0) {
     ptx::mbarrier_init(smem.q_full(), 1);
+    ptx::mbarrier_init(smem.q_empty(), 4 * Traits::kConsumers);  // one arrival per warp
     for (int s = 0; s < Traits::kStages; ++s) {
       ptx::mbarrier_init(smem.k_full(s), 1);
       ptx::mbarrier_init(smem.v_full(s), 1);
@@ -426,10 +523,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int warpgroup = ptx::warpgroup_index();
   if (warpgroup == 0) {
     ptx::release_registers<Traits::kProducerRegisters>();
-    if (threadIdx.x == 0 && !tile.keys.empty()) load_q_and_kv_tiles<Traits>(params, smem, tile);
+    if (threadIdx.x == 0) producer_loop<Traits>(params, smem, walk);
   } else {
     ptx::claim_registers<Traits::kConsumerRegisters>();
-    consumer_mainloop<Traits, kExtras>(params, smem, tile, warpgroup - 1);
+    consumer_loop<Traits, kExtras>(params, smem, walk, warpgroup - 1);
   }
 #endif
 }

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "../../../api/problem.hpp"
 #include "../../common/check_cuda.hpp"
@@ -31,24 +32,60 @@ inline void make_map(CUtensorMap* map, const TensorView& t, DType dtype, int row
   }
 }
 
-// The grid of a forward kernel: one block per (query tile, batch * head), in launches of at
-// most 65535 heads (the grid's y limit); under a mask, heads grouped so that the longest query
-// tiles start first (common/block_order.cuh). Shared by the bf16/fp16 and FP8 forwards.
+// How a forward kernel finds its items: one block per item on a (tiles, heads) grid (the FP8
+// forward's forward_tile(p)), or a one-dimensional grid whose blocks walk the items (ItemWalk):
+// as many blocks as fit on the GPU at once (persistent), or one per item.
+enum class ForwardGrid { tiles_by_heads, walk_persistent, walk_one_per_item };
+
+// The bf16/fp16 forward's grid: persistent where every item costs the same (no mask), one block
+// per item under a mask, where the hardware's block scheduler balances items of unequal cost
+// better than a fixed walk (session 12 run 3, H100, bf16, D=128, causal: N=4096 547 TFLOPS
+// persistent against 580 per item; without a mask at N=1024 565 against 515).
+// FLASHPP_SM90_FWD_PERSISTENT=0 / =1 forces either (A/B runs; read at every call, as the A/B
+// tools set it per call).
+inline ForwardGrid walk_grid(bool masked) {
+  const char* env = std::getenv("FLASHPP_SM90_FWD_PERSISTENT");
+  const bool forced = env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0';
+  const bool persistent = forced ? env[0] == '1' : !masked;
+  return persistent ? ForwardGrid::walk_persistent : ForwardGrid::walk_one_per_item;
+}
+
+// Blocks of a persistent grid: as many as fit on the GPU at once, or fewer where
+// FLASHPP_SM90_FWD_MAX_BLOCKS=N (tests: small shapes whose blocks walk many items).
+inline std::int64_t persistent_blocks(std::int64_t resident) {
+  const char* env = std::getenv("FLASHPP_SM90_FWD_MAX_BLOCKS");
+  const std::int64_t cap = env != nullptr ? std::atoll(env) : 0;
+  const std::int64_t blocks = cap > 0 && cap < resident ? cap : resident;
+  return blocks > 0 ? blocks : 1;
+}
+
+// The launches of a forward kernel over items (query tile, batch * head), at most 65535 heads
+// each; under a mask, heads grouped so that the longest query tiles start first
+// (common/block_order.cuh).
 template <typename Kernel>
 void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
                         Sm90ForwardParams p, std::int64_t batch_heads, cudaStream_t stream,
-                        const char* what) {
+                        const char* what, ForwardGrid grid_kind = ForwardGrid::tiles_by_heads) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
              "cudaFuncSetAttribute (sm90 forward shared memory)");
   const std::int64_t m_blocks = (p.args.q_len + block_m - 1) / block_m;
   const bool ordered = FLASHPP_BLOCK_ORDER && p.args.mask.active();
-  const std::int64_t slots = ordered ? cached_resident_blocks(kernel, threads, smem_bytes) : 0;
+  const bool persistent = grid_kind == ForwardGrid::walk_persistent;
+  const std::int64_t slots =
+      ordered || persistent ? cached_resident_blocks(kernel, threads, smem_bytes) : 0;
   constexpr std::int64_t kMaxGridY = 65535;
   for (std::int64_t first = 0; first < batch_heads; first += kMaxGridY) {
     p.args.bh_offset = first;
     const std::int64_t heads = std::min(kMaxGridY, batch_heads - first);
     p.args.heads_per_group = ordered ? heads_per_group(true, m_blocks, heads, slots) : 1;
-    const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(heads));
+    p.q_tiles = m_blocks;
+    p.heads = heads;
+    const std::int64_t items = m_blocks * heads;
+    if (items == 0) continue;
+    const dim3 grid =
+        grid_kind == ForwardGrid::tiles_by_heads
+            ? dim3(static_cast<unsigned>(m_blocks), static_cast<unsigned>(heads))
+            : dim3(static_cast<unsigned>(persistent ? std::min(items, persistent_blocks(slots)) : items));
     kernel<<<grid, threads, smem_bytes, stream>>>(p);
     check_launch(what);
   }
@@ -70,7 +107,8 @@ void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args
   const bool extras = params.softcap > 0.0f || params.dropout.threshold != 0;
   auto kernel = extras ? flash_fwd_sm90_kernel<Traits, true> : flash_fwd_sm90_kernel<Traits, false>;
   launch_query_tiles(kernel, Traits::kThreads, Traits::kSmemBytes, Traits::kBlockM, p,
-                     args.problem.B * args.problem.Hq, stream, "sm90 forward kernel launch");
+                     args.problem.B * args.problem.Hq, stream, "sm90 forward kernel launch",
+                     walk_grid(params.mask.active()));
 }
 
 }  // namespace flashpp::cuda::sm90

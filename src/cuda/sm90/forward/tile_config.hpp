@@ -40,11 +40,19 @@ template <> struct ForwardTileConfig<96> : Sm90TileShape<2, 128, 2> {};
 template <> struct ForwardTileConfig<128> : Sm90TileShape<2, 128, 2> {};
 template <> struct ForwardTileConfig<192> : Sm90TileShape<2, 96, 2> {};
 template <> struct ForwardTileConfig<256> : Sm90TileShape<2, 64, 2> {};
-#else
+#elif FLASHPP_SM90_FWD_VARIANT == 3  // the table before the persistent grid: three stages, O staged through Q
 template <> struct ForwardTileConfig<64> : Sm90TileShape<2, 128, 4> {};
 template <> struct ForwardTileConfig<96> : Sm90TileShape<2, 128, 3> {};
 template <> struct ForwardTileConfig<128> : Sm90TileShape<2, 128, 3> {};
 template <> struct ForwardTileConfig<192> : Sm90TileShape<2, 64, 3> {};
+template <> struct ForwardTileConfig<256> : Sm90TileShape<2, 64, 2> {};
+#else
+// Two stages at D 96-192 leave room for O's own staging buffer (kernel.cuh: kSeparateOutput), so
+// that the persistent grid loads the next item's Q during the current item's last P V.
+template <> struct ForwardTileConfig<64> : Sm90TileShape<2, 128, 4> {};
+template <> struct ForwardTileConfig<96> : Sm90TileShape<2, 128, 2> {};
+template <> struct ForwardTileConfig<128> : Sm90TileShape<2, 128, 2> {};
+template <> struct ForwardTileConfig<192> : Sm90TileShape<2, 64, 2> {};
 template <> struct ForwardTileConfig<256> : Sm90TileShape<2, 64, 2> {};
 #endif
 
