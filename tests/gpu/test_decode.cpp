@@ -306,6 +306,35 @@ TEST(DecodeSplits, BadKnobValuesAreRefused) {
   EXPECT_THROW(flashpp::forward_kvcache_workspace_size(q.view, cache, Options{}), Error);
 }
 
+// The workspace is sized for either variant, so that switching FLASHPP_DECODE_VARIANT between
+// calls (with a size cached per shape, as the Python wrapper does) always finds it big enough.
+TEST(DecodeSplits, WorkspaceSizeIsTheSameForBothVariants) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  test::KvCaseSpec s;
+  s.B = 1;
+  s.Hq = 32;
+  s.Hkv = 8;
+  s.D = 128;
+  s.dtype = DType::bf16;
+  s.capacity = 4096;
+  s.seqlens = {4096};
+  test::KvCaseData c = test::make_kv_case(s);
+  Mirror q = mirror(c.q), kc = mirror(c.k_cache), vc = mirror(c.v_cache);
+  Mirror sl = mirror_indices(c.seqlens);
+  KvCache cache;
+  cache.k_cache = kc.view;
+  cache.v_cache = vc.view;
+  cache.cache_seqlens = sl.view;
+  std::size_t sizes[2];
+  int n = 0;
+  for (const char* variant : {"default", "legacy"}) {
+    ScopedEnv v("FLASHPP_DECODE_VARIANT", variant);
+    sizes[n++] = flashpp::forward_kvcache_workspace_size(q.view, cache, Options{});
+  }
+  EXPECT_EQ(sizes[0], sizes[1]);
+  EXPECT_GT(sizes[0], 0u);  // B = 1 over 4096 keys splits on any GPU of fewer than 4096 SMs
+}
+
 // Unchecked bad indices never read or write out of bounds (the sanitizer run checks that): the
 // kernels clamp lengths and treat out-of-range pages as masked.
 TEST(DecodeUnchecked, BadIndicesStayInBounds) {

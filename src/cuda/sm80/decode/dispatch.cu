@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -135,8 +136,7 @@ int forced_splits() {
 
 // Splits depend on the shapes and the device only (not on the lengths, which may live on the
 // device), so the workspace size is known before the call.
-int choose_splits(const KvCacheArgs& a) {
-  if (const int forced = forced_splits(); forced > 0) return forced;
+int heuristic_splits(const KvCacheArgs& a, bool legacy) {
   const DeviceShape dev = device_shape(a.problem.device.index);
   detail::SplitKvInput in;
   in.work_units = a.problem.B * a.problem.Hkv * m_tiles_of(a);
@@ -146,12 +146,27 @@ int choose_splits(const KvCacheArgs& a) {
   in.blocks_per_sm = dev.smem_per_sm / per_block > 0 ? dev.smem_per_sm / per_block : 1;
   if (in.blocks_per_sm > 4) in.blocks_per_sm = 4;
   in.max_splits = decode::kMaxSplits;
-  if (legacy_variant()) {
+  if (legacy) {
     in.min_tiles_per_split = 8;
     return detail::choose_num_splits(in);
   }
   in.min_tiles_per_split = decode::kWarps;  // a tile per warp
   return detail::choose_num_splits_v2(in);
+}
+
+// The split count of this call.
+int choose_splits(const KvCacheArgs& a) {
+  if (const int forced = forced_splits(); forced > 0) return forced;
+  return heuristic_splits(a, legacy_variant());
+}
+
+// The split count the workspace is sized for: enough for either variant, so that switching
+// FLASHPP_DECODE_VARIANT between calls never finds a workspace sized (or a size cached, as the
+// Python wrapper does per shape) for the other one too small. A forced count sizes it exactly.
+int workspace_splits(const KvCacheArgs& a) {
+  if (const int forced = forced_splits(); forced > 0) return forced;
+  legacy_variant();  // refuse a bad value here already
+  return std::max(heuristic_splits(a, true), heuristic_splits(a, false));
 }
 
 template <typename Element>
@@ -200,7 +215,7 @@ std::string decode_unsupported_reason(const KvCacheArgs& a) {
 
 std::size_t decode_workspace_bytes(const KvCacheArgs& a) {
   if (a.problem.B == 0 || a.problem.Nq == 0 || a.problem.Hq == 0) return 0;
-  const int splits = choose_splits(a);
+  const int splits = workspace_splits(a);
   if (splits <= 1) return 0;
   const std::size_t rows = static_cast<std::size_t>(splits) * a.problem.B * a.problem.Hq *
                            a.problem.Nq;
