@@ -84,22 +84,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
   const int g = lane / 4, t = lane % 4;
   const int rows_total = p.group * p.Nq;
 
-  // Keys of this sequence: the cached ones (clamped: never trust an unchecked length) plus the
-  // appended rows.
+  // The length is loaded first and used only after Q's loads are issued, so that the two
+  // memory round trips at the start of the block overlap (the K/V loads need the length).
   int cached = p.seqlens[b * p.seqlens_stride];
-  cached = min(max(cached, 0), p.capacity - p.Nnew);
-  const int nk = cached + p.Nnew;
-  const std::int64_t shift = static_cast<std::int64_t>(nk) - p.Nq;  // bottom-right
-
-  // The keys any row of this M tile may see, in whole tiles, cut into p.splits spans; the warps
-  // take the tiles of this block's span in turn.
-  const int i_first = (m_tile * 16) / p.group;
-  const int i_last = min(p.Nq - 1, (m_tile * 16 + 15) / p.group);
-  const detail::KeyRange keys = detail::decode_key_range(nk, p.Nq, i_first, i_last, p.masked,
-                                                         p.window_left, p.window_right);
-  const detail::TileSpan span = detail::split_tiles(keys, kTileKeys, p.splits, split);
-  const int t_begin = span.begin;
-  const int my_tiles = detail::warp_tile_count(span, warp, kWarps);
 
   // Q fragments of rows g and g + 8 of the M tile (zero beyond the last row).
   std::uint32_t qa[D / 16][4];
@@ -125,6 +112,22 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
       qa[kk][3] = rowp[1] ? load_pair(rowp[1], c1) : 0u;
     }
   }
+
+  // Keys of this sequence: the cached ones (clamped: never trust an unchecked length) plus the
+  // appended rows. (The length's load was issued before Q's.)
+  cached = min(max(cached, 0), p.capacity - p.Nnew);
+  const int nk = cached + p.Nnew;
+  const std::int64_t shift = static_cast<std::int64_t>(nk) - p.Nq;  // bottom-right
+
+  // The keys any row of this M tile may see, in whole tiles, cut into p.splits spans; the warps
+  // take the tiles of this block's span in turn.
+  const int i_first = (m_tile * 16) / p.group;
+  const int i_last = min(p.Nq - 1, (m_tile * 16 + 15) / p.group);
+  const detail::KeyRange keys = detail::decode_key_range(nk, p.Nq, i_first, i_last, p.masked,
+                                                         p.window_left, p.window_right);
+  const detail::TileSpan span = detail::split_tiles(keys, kTileKeys, p.splits, split);
+  const int t_begin = span.begin;
+  const int my_tiles = detail::warp_tile_count(span, warp, kWarps);
 
   const auto* kbase = static_cast<const Element*>(p.k);
   const auto* vbase = static_cast<const Element*>(p.v);
