@@ -105,7 +105,7 @@ if time_left "gpu tests"; then
 fi
 
 if [ "$RUN_SAN" = 1 ]; then
-  SAN_FILTER='*DecodeVsOracle*contiguous_d128*:*DecodeVsOracle*paged16*:*DecodeVsOracle*long_splits*:*DecodeVsOracle*gqa16*:*DecodeUnchecked*:*DecodeSplits*nq4_short*:*DecodeSplits*paged16*:*VarlenCuda*'
+  SAN_FILTER='*DecodeVsOracle*contiguous_d128*:*DecodeVsOracle*paged16*:*DecodeVsOracle*long_splits*:*DecodeVsOracle*gqa16*:*DecodeUnchecked*:*DecodeSplits*nq4_short*:*VarlenCuda*'
   if ! command -v compute-sanitizer >/dev/null; then
     SUMMARY+=("sanitizer: FAILED: compute-sanitizer not found")
     status=1
