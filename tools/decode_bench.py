@@ -18,7 +18,17 @@ Timing: CUDA events around each call, calls of one round queued back to back; L2
 rounds. flashpp is called with validate_indices = 0 for decoding (no host copy). Varlen reads
 cu_seqlens on the host each call (a synchronisation), which the timing includes.
 
+A/B of the decode variants in the same process (the library reads FLASHPP_DECODE_VARIANT and
+FLASHPP_DECODE_SPLITS at every call; each callable sets them around its own call, so the variants
+are timed interleaved, in the same rounds as SDPA):
+  --ab                 adds "legacy" (FLASHPP_DECODE_VARIANT=legacy: the split heuristic and
+                       combine kernel before this change) to every decode and paged cell;
+  --sweep-splits 8,16  adds forced split counts (FLASHPP_DECODE_SPLITS) of the default variant
+                       on the B = 1 decode cells.
+The extra timings go to a table after the main ones (decode_ab.txt).
+
   python3 tools/decode_bench.py --lib build/libflashpp.so [--quick] [--out DIR] [--deadline S]
+                                [--ab] [--sweep-splits LIST] [--decode-only]
 """
 import argparse
 import ctypes
@@ -76,8 +86,13 @@ class Flashpp:
         o.backend = 2
         return o
 
-    def kvcache_call(self, q, k_cache, v_cache, seqlens, block_table, o, lse):
-        """A callable running flashpp_forward_kvcache with views built once."""
+    def kvcache_call(self, q, k_cache, v_cache, seqlens, block_table, o, lse, env=None):
+        """A callable running flashpp_forward_kvcache with views built once; `env` (name -> value)
+        is set around the workspace query and around every call (then restored)."""
+        with scoped_env(env):
+            return self._kvcache_call(q, k_cache, v_cache, seqlens, block_table, o, lse, env)
+
+    def _kvcache_call(self, q, k_cache, v_cache, seqlens, block_table, o, lse, env):
         keep = [view(t) for t in (q, k_cache, v_cache, seqlens, o, lse)]
         bt = view(block_table) if block_table is not None else None
         cache = KvCache(ctypes.pointer(keep[1]), ctypes.pointer(keep[2]), ctypes.pointer(keep[3]),
@@ -91,13 +106,37 @@ class Flashpp:
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
 
         def run():
-            self.check(self.lib.flashpp_forward_kvcache(
-                ctypes.byref(keep[0]), ctypes.byref(cache), ctypes.byref(keep[4]),
-                ctypes.byref(keep[5]), ctypes.byref(opts), stream, ctypes.c_void_p(ws.data_ptr()),
-                nbytes.value), "forward_kvcache")
+            with scoped_env(env):
+                self.check(self.lib.flashpp_forward_kvcache(
+                    ctypes.byref(keep[0]), ctypes.byref(cache), ctypes.byref(keep[4]),
+                    ctypes.byref(keep[5]), ctypes.byref(opts), stream,
+                    ctypes.c_void_p(ws.data_ptr()), nbytes.value), "forward_kvcache")
         run.keep = (keep, bt, cache, opts, ws)
         return run
 
+
+class scoped_env:
+    """Sets environment variables (os.environ, which putenv()s them for the library's getenv) for
+    a with-block and restores the previous values after; None or {} does nothing."""
+
+    def __init__(self, env):
+        self.env = env or {}
+
+    def __enter__(self):
+        self.old = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+
+    def __exit__(self, *exc):
+        for k, v in self.old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# Variants of the flashpp decode timed beside the default one: name -> environment.
+EXTRA_VARIANTS = {}
+SWEEP_SPLITS = []
 
 _FLUSH = None
 
@@ -178,6 +217,14 @@ def decode_grid(fp, quick, log, deadline, gbps_copy):
                 o = torch.empty_like(q)
                 lse = torch.empty(B, Hq, Nq, dtype=torch.float32, device="cuda")
                 fns = {"flashpp": fp.kvcache_call(q, k, v, seqlens, None, o, lse)}
+                extra = dict(EXTRA_VARIANTS)
+                if B == 1:
+                    extra.update({f"splits={n}": {"FLASHPP_DECODE_SPLITS": str(n)}
+                                  for n in SWEEP_SPLITS})
+                extra_out = {}
+                for name, env in extra.items():
+                    extra_out[name] = torch.empty_like(q)
+                    fns[name] = fp.kvcache_call(q, k, v, seqlens, None, extra_out[name], lse, env)
                 notes = []
                 for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION),
                                       ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
@@ -193,11 +240,14 @@ def decode_grid(fp, quick, log, deadline, gbps_copy):
                     if name in fns:
                         ref = fns[name]().transpose(1, 2)
                         break
+                for name in extra:
+                    fns[name]()
                 if ref is not None:
-                    err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
-                    if not err < 2e-2:
-                        raise RuntimeError(f"decode Nq={Nq} B={B} Nk={Nk}: flashpp differs from "
-                                           f"SDPA: relative error {err:.3g}")
+                    for name, out in [("flashpp", o)] + list(extra_out.items()):
+                        err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+                        if not err < 2e-2:
+                            raise RuntimeError(f"decode Nq={Nq} B={B} Nk={Nk}: {name} differs "
+                                               f"from SDPA: relative error {err:.3g}")
                 ms = time_fns(fns, rounds)
                 kv_bytes = 2 * B * Nk * Hkv * D * 2
                 gbps = kv_bytes / (ms["flashpp"] * 1e-3) / 1e9
@@ -206,10 +256,11 @@ def decode_grid(fp, quick, log, deadline, gbps_copy):
                 row = dict(Nq=Nq, B=B, Nk=Nk, us=ms["flashpp"] * 1e3, gbps=gbps,
                            pct=100 * gbps / gbps_copy, ratio=ratio,
                            flash=ms.get("sdpa-flash", float("nan")) * 1e3,
-                           cudnn=ms.get("sdpa-cudnn", float("nan")) * 1e3)
+                           cudnn=ms.get("sdpa-cudnn", float("nan")) * 1e3,
+                           extra={n: ms[n] * 1e3 for n in extra})
                 rows.append(row)
                 log(f"decode {row}" + (f"  ({'; '.join(notes)})" if notes else ""))
-                del q, k, v, o, lse, fns, ref
+                del q, k, v, o, lse, fns, ref, extra_out
                 torch.cuda.empty_cache()
     return rows
 
@@ -230,6 +281,9 @@ def paged_grid(fp, quick, log, deadline):
         o_ref = torch.empty_like(q)
         lse = torch.empty(B, Hq, 1, dtype=torch.float32, device="cuda")
         fns = {"contiguous": fp.kvcache_call(q, k, v, seqlens, None, o_ref, lse)}
+        for name, env in EXTRA_VARIANTS.items():
+            fns[f"contiguous {name}"] = fp.kvcache_call(q, k, v, seqlens, None, torch.empty_like(q),
+                                                        lse, env)
         outs = {}
         for page in (16, 64, 256):
             pages_per_seq = Nk // page
@@ -242,6 +296,9 @@ def paged_grid(fp, quick, log, deadline):
             o = torch.empty_like(q)
             outs[page] = (o, kp, vp, table)
             fns[f"page{page}"] = fp.kvcache_call(q, kp, vp, seqlens, table, o, lse)
+            for name, env in EXTRA_VARIANTS.items():
+                fns[f"page{page} {name}"] = fp.kvcache_call(q, kp, vp, seqlens, table,
+                                                            torch.empty_like(q), lse, env)
         for f in fns.values():
             f()
         for page, (o, *_rest) in outs.items():
@@ -254,7 +311,9 @@ def paged_grid(fp, quick, log, deadline):
         for page in (16, 64, 256):
             rows.append(dict(B=B, Nk=Nk, page=page, us=ms[f"page{page}"] * 1e3,
                              contiguous_us=ms["contiguous"] * 1e3,
-                             ratio=ms[f"page{page}"] / ms["contiguous"]))
+                             ratio=ms[f"page{page}"] / ms["contiguous"],
+                             extra={n: (ms[f"page{page} {n}"] * 1e3, ms[f"contiguous {n}"] * 1e3)
+                                    for n in EXTRA_VARIANTS}))
             log(f"paged {rows[-1]}")
         del q, k, v, fns, outs
         torch.cuda.empty_cache()
@@ -334,32 +393,8 @@ def varlen_bench(fp, quick, log, deadline):
     return res
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", required=True)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--deadline", type=float, default=1e9, help="seconds from now")
-    args = ap.parse_args()
-    deadline = time.time() + args.deadline
-    os.makedirs(args.out, exist_ok=True)
-    logf = open(os.path.join(args.out, "decode_bench.log"), "w")
-
-    def log(msg):
-        print(msg, flush=True)
-        logf.write(msg + "\n")
-        logf.flush()
-
-    if not torch.cuda.is_available():
-        raise SystemExit("decode_bench: no CUDA device visible to torch")
-    fp = Flashpp(args.lib)
-    log(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    gbps_copy = copy_bandwidth()
-    log(f"copy bandwidth: {gbps_copy:.0f} GB/s (read + write)")
-    dec = decode_grid(fp, args.quick, log, deadline, gbps_copy)
-    paged = paged_grid(fp, args.quick, log, deadline)
-    var = varlen_bench(fp, args.quick, log, deadline)
-
+def format_tables(dec, paged, var, gbps_copy):
+    """The summary tables (lines) and the variants' table (lines, empty without variants)."""
     lines = [f"decode (bf16, Hq=32, Hkv=8, D=128; copy bandwidth {gbps_copy:.0f} GB/s): "
              "targets >= 80% of copy, >= 1.3x the faster SDPA"]
     lines.append(f"{'Nq':>3} {'B':>3} {'Nk':>7} {'us':>9} {'GB/s':>7} {'%copy':>6} "
@@ -380,6 +415,67 @@ def main():
             lines.append(f"  {name}: varlen {x['varlen_tflops']:.0f} TFLOPS ({x['varlen_ms']:.2f} ms), "
                          f"dense {x['dense_tflops']:.0f} TFLOPS ({x['dense_ms']:.2f} ms), "
                          f"ratio {x['ratio']:.3f}")
+    ab = []
+    extra_names = sorted({n for d in dec for n in d["extra"]}, key=lambda n: (n != "legacy", n))
+    if extra_names:
+        ab = ["decode variants, same rounds (us; 'x' = that variant's time / the default's: > 1 means "
+              "the default is faster)"]
+        ab.append(f"{'Nq':>3} {'B':>3} {'Nk':>7} {'default':>9} " +
+                  " ".join(f"{n:>14}" for n in extra_names))
+        for d in dec:
+            cells = []
+            for n in extra_names:
+                t = d["extra"].get(n)
+                cells.append(f"{t:>7.1f} {t / d['us']:>5.2f}x" if t is not None else f"{'':>14}")
+            ab.append(f"{d['Nq']:>3} {d['B']:>3} {d['Nk']:>7} {d['us']:>9.1f} " + " ".join(cells))
+        for p in paged:
+            for n, (tp, tc) in p["extra"].items():
+                ab.append(f"paged B={p['B']} Nk={p['Nk']} page={p['page']}: default {p['us']:.1f} us "
+                          f"(contiguous {p['contiguous_us']:.1f}), {n} {tp:.1f} us "
+                          f"(contiguous {tc:.1f})")
+        lines.append("")
+        lines.extend(ab)
+    return lines, ab
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--deadline", type=float, default=1e9, help="seconds from now")
+    ap.add_argument("--ab", action="store_true",
+                    help="also time FLASHPP_DECODE_VARIANT=legacy, interleaved")
+    ap.add_argument("--sweep-splits", default="",
+                    help="comma-separated forced split counts for the B = 1 decode cells")
+    ap.add_argument("--decode-only", action="store_true", help="skip the paged and varlen parts")
+    args = ap.parse_args()
+    if args.ab:
+        EXTRA_VARIANTS["legacy"] = {"FLASHPP_DECODE_VARIANT": "legacy"}
+    SWEEP_SPLITS.extend(int(x) for x in args.sweep_splits.split(",") if x.strip())
+    deadline = time.time() + args.deadline
+    os.makedirs(args.out, exist_ok=True)
+    logf = open(os.path.join(args.out, "decode_bench.log"), "w")
+
+    def log(msg):
+        print(msg, flush=True)
+        logf.write(msg + "\n")
+        logf.flush()
+
+    if not torch.cuda.is_available():
+        raise SystemExit("decode_bench: no CUDA device visible to torch")
+    fp = Flashpp(args.lib)
+    log(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    gbps_copy = copy_bandwidth()
+    log(f"copy bandwidth: {gbps_copy:.0f} GB/s (read + write)")
+    dec = decode_grid(fp, args.quick, log, deadline, gbps_copy)
+    paged = [] if args.decode_only else paged_grid(fp, args.quick, log, deadline)
+    var = None if args.decode_only else varlen_bench(fp, args.quick, log, deadline)
+
+    lines, ab = format_tables(dec, paged, var, gbps_copy)
+    if ab:
+        with open(os.path.join(args.out, "decode_ab.txt"), "w") as f:
+            f.write("\n".join(ab) + "\n")
     table = "\n".join(lines)
     with open(os.path.join(args.out, "decode_tables.txt"), "w") as f:
         f.write(table + "\n")

@@ -5,17 +5,19 @@
 # to $OUT (the device tool's folder) or ./decode-check-out.
 #
 #   tools/decode_gpu_check.sh [--deadline SECONDS] [--quick] [--no-sanitizer] [--all-tests]
-#                             [--archs "80;90a"]
+#                             [--archs "80;90a"] [--ab] [--sweep-splits 16,32,64]
 #
 # --deadline (default 480): stages that would start after this many seconds are skipped (and say
 # so), and the benchmark stops starting new cells then, so the summary always comes out.
 # --quick: Nk in {4096, 32768} only, fewer rounds. --all-tests: the whole GPU suite instead of
-# the decode/varlen tests. Exit status 0 only when the build, tests and sanitizer passed and the
+# the decode/varlen tests. --ab: the benchmark also times the legacy decode variant
+# (FLASHPP_DECODE_VARIANT=legacy) interleaved with the default one; --sweep-splits: forced split
+# counts (FLASHPP_DECODE_SPLITS) on the B = 1 decode cells (tools/decode_bench.py). Exit status 0 only when the build, tests and sanitizer passed and the
 # benchmark ran (whether the speed targets are met is in the tables).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-DEADLINE=480 QUICK="" RUN_SAN=1 FILTER='*Decode*:*VarlenCuda*' ARCHS=""
+DEADLINE=480 QUICK="" RUN_SAN=1 FILTER='*Decode*:*VarlenCuda*' ARCHS="" BENCH_EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --deadline) DEADLINE="$2"; shift ;;
@@ -23,6 +25,8 @@ while [ $# -gt 0 ]; do
     --no-sanitizer) RUN_SAN=0 ;;
     --all-tests) FILTER='*' ;;
     --archs) ARCHS="$2"; shift ;;
+    --ab) BENCH_EXTRA+=(--ab) ;;
+    --sweep-splits) BENCH_EXTRA+=(--sweep-splits "$2"); shift ;;
     *) echo "decode_gpu_check: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -101,7 +105,7 @@ if time_left "gpu tests"; then
 fi
 
 if [ "$RUN_SAN" = 1 ]; then
-  SAN_FILTER='*DecodeVsOracle*contiguous_d128*:*DecodeVsOracle*paged16*:*DecodeVsOracle*long_splits*:*DecodeVsOracle*gqa16*:*DecodeUnchecked*:*VarlenCuda*'
+  SAN_FILTER='*DecodeVsOracle*contiguous_d128*:*DecodeVsOracle*paged16*:*DecodeVsOracle*long_splits*:*DecodeVsOracle*gqa16*:*DecodeUnchecked*:*DecodeSplits*nq4_short*:*VarlenCuda*'
   if ! command -v compute-sanitizer >/dev/null; then
     SUMMARY+=("sanitizer: FAILED: compute-sanitizer not found")
     status=1
@@ -127,7 +131,7 @@ if time_left "benchmark"; then
   echo "== benchmarks (tools/decode_bench.py) =="
   left=$(( DEADLINE - $(elapsed) ))
   if PYTHONUNBUFFERED=1 python3 tools/decode_bench.py --lib "$BUILD/libflashpp.so" --out "$LOGS" \
-        $QUICK --deadline "$left" >"$LOGS/bench_stdout.log" 2>&1; then
+        $QUICK --deadline "$left" ${BENCH_EXTRA[@]+"${BENCH_EXTRA[@]}"} >"$LOGS/bench_stdout.log" 2>&1; then
     if grep -q "skipped (deadline)" "$LOGS/decode_bench.log" 2>/dev/null; then
       SUMMARY+=("benchmark: PARTIAL ($(grep -c 'skipped (deadline)' "$LOGS/decode_bench.log") cells skipped by the deadline)")
     else

@@ -40,6 +40,30 @@ inline int choose_num_splits(const SplitKvInput& in) {
   return static_cast<int>(cap);
 }
 
+// The heuristic of the default decode variant (the one above is the legacy variant's, kept for
+// A/B runs with FLASHPP_DECODE_VARIANT=legacy). Decoding is memory-bound, so what matters is that
+// one wave of blocks covers the GPU and that the longest block is as short as it can be:
+//   - when work_units already fill the resident slots, no split (1);
+//   - else at most slots / work_units splits (a single wave: a second, partial wave of short
+//     blocks costs a block's fixed latency again for little work), and among those the smallest
+//     count whose longest split, ceil(key_tiles / s) tiles, is as short as with the largest
+//     count (fewest partials for the same critical path; the split sizes come out even);
+//   - every split keeps at least min_tiles_per_split tiles (one per warp), unless the cache is
+//     shorter than that.
+inline int choose_num_splits_v2(const SplitKvInput& in) {
+  const std::int64_t slots = std::max<std::int64_t>(1, std::int64_t(in.sm_count) * in.blocks_per_sm);
+  const std::int64_t work = std::max<std::int64_t>(1, in.work_units);
+  if (work >= slots) return 1;
+  const std::int64_t tiles = std::max<std::int64_t>(1, in.key_tiles);
+  const std::int64_t by_length = std::max<std::int64_t>(1, tiles / std::max(1, in.min_tiles_per_split));
+  const std::int64_t s_max = std::max<std::int64_t>(
+      1, std::min({by_length, std::int64_t(std::max(1, in.max_splits)), slots / work}));
+  const std::int64_t longest = (tiles + s_max - 1) / s_max;
+  std::int64_t s = (tiles + longest - 1) / longest;  // the smallest s with ceil(tiles / s) <= longest
+  while (s > 1 && (tiles + s - 2) / (s - 1) <= longest) --s;
+  return static_cast<int>(std::min(s, s_max));
+}
+
 // The key range [lo, hi] that the query rows [i_first, i_last] of one decode block may see, for a
 // sequence of nk keys aligned bottom-right to nq queries, with a window (left, right) when
 // `masked` (kNoLimit-sized values for an unbounded side). Empty when hi < lo.

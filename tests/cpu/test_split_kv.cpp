@@ -31,6 +31,54 @@ TEST(SplitKv, FillsTheGpuWithoutExtraWaves) {
   EXPECT_EQ(choose_num_splits(in), 1);
 }
 
+// The default variant's heuristic: one wave at most, the shortest longest split, and among the
+// counts that give it the smallest (so that splits come out even).
+TEST(SplitKv, V2FillsOneWaveWithEvenSplits) {
+  SplitKvInput in;
+  in.sm_count = 132;
+  in.blocks_per_sm = 2;  // 264 slots
+  in.min_tiles_per_split = 4;
+  in.max_splits = 128;
+  in.work_units = 8;  // B = 1, Hkv = 8
+  in.key_tiles = 4096 / 16;
+  EXPECT_EQ(choose_num_splits_v2(in), 32);  // 256 tiles: 32 x 8 (33 would also give 8)
+  in.key_tiles = 32768 / 16;
+  EXPECT_EQ(choose_num_splits_v2(in), 33);  // 2048 tiles: 63 per split against 64 with 32
+  in.key_tiles = 1024 / 16;
+  EXPECT_EQ(choose_num_splits_v2(in), 16);  // at least 4 tiles (one per warp) per split
+  in.key_tiles = 3;
+  EXPECT_EQ(choose_num_splits_v2(in), 1);  // shorter than a tile per warp
+  in.key_tiles = 0;
+  EXPECT_EQ(choose_num_splits_v2(in), 1);
+  in.key_tiles = 4096 / 16;
+  in.work_units = 128;  // B = 16: two splits fill one wave
+  EXPECT_EQ(choose_num_splits_v2(in), 2);
+  in.work_units = 264;  // the GPU is full without splitting
+  EXPECT_EQ(choose_num_splits_v2(in), 1);
+  in.work_units = 512;
+  EXPECT_EQ(choose_num_splits_v2(in), 1);
+  in.work_units = 8;
+  in.max_splits = 5;
+  EXPECT_EQ(choose_num_splits_v2(in), 5);
+  // Over a range of shapes: never past one wave, never fewer than min tiles per split (when
+  // there is more than one split), and no smaller count has as short a longest split.
+  for (std::int64_t work : {1, 3, 8, 24, 100, 131, 263}) {
+    for (std::int64_t tiles : {1, 4, 7, 64, 100, 255, 256, 257, 2048, 8192}) {
+      in.work_units = work;
+      in.key_tiles = tiles;
+      in.max_splits = 128;
+      const std::int64_t s = choose_num_splits_v2(in);
+      EXPECT_GE(s, 1);
+      EXPECT_LE(s * work, std::max<std::int64_t>(work, 264)) << work << " " << tiles;
+      if (s > 1) EXPECT_GE(tiles / s, 4) << work << " " << tiles;
+      const std::int64_t longest = (tiles + s - 1) / s;
+      for (std::int64_t t = 1; t < s; ++t) EXPECT_GT((tiles + t - 1) / t, longest);
+      for (std::int64_t t = s + 1; t * work <= 264 && tiles / t >= 4 && t <= 128; ++t)
+        EXPECT_GE((tiles + t - 1) / t, longest) << work << " " << tiles << " " << t;
+    }
+  }
+}
+
 // The decode kernel's work split: over every split and warp, each tile that holds a key some row
 // of the block may see is taken exactly once, and no other tile is.
 TEST(SplitKv, SplitsAndWarpsCoverEveryVisibleKeyOnce) {

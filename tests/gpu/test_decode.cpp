@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/inference_case.hpp"
 #include "common/metrics.hpp"
@@ -100,11 +102,9 @@ std::vector<DecodeParam> decode_params() {
   return out;
 }
 
-class DecodeVsOracle : public ::testing::TestWithParam<DecodeParam> {};
-
-TEST_P(DecodeVsOracle, MatchesOracle) {
-  FLASHPP_SKIP_WITHOUT_GPU();
-  const DecodeParam& param = GetParam();
+// Runs one case on the GPU (poisoned outputs and workspace) and checks it against the oracle:
+// o, lse and the cache after the append. The output goes to *o_out when given.
+void check_decode_case(const DecodeParam& param, HostTensor* o_out = nullptr) {
   test::KvCaseData c = test::make_kv_case(param.spec);
   const test::KvCaseData before = c;
   const test::KvExpected want = test::kv_expected(before);
@@ -156,10 +156,184 @@ TEST_P(DecodeVsOracle, MatchesOracle) {
         }
       }
   EXPECT_EQ(test::cache_mismatches(before, k_after, v_after), 0);
+  if (o_out != nullptr) *o_out = o;
+}
+
+class DecodeVsOracle : public ::testing::TestWithParam<DecodeParam> {};
+
+TEST_P(DecodeVsOracle, MatchesOracle) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  check_decode_case(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, DecodeVsOracle, ::testing::ValuesIn(decode_params()),
                          [](const auto& info) { return info.param.name; });
+
+// Sets an environment variable for the scope of a test (unset again, or restored, after).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      had_ = true;
+      old_ = old;
+    }
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+// Forced split counts (FLASHPP_DECODE_SPLITS) on both variants (FLASHPP_DECODE_VARIANT): counts
+// that do not divide the tile count, more splits than tiles (empty splits: lse = -inf, weight 0),
+// one key, fewer keys than a tile, paged caches of 16/64/256 rows, Nq 1 and 4, GQA groups of 4
+// and 16 (several M tiles), head dims 64/128/256, masks. The same call twice gives the same bits.
+struct SplitsParam {
+  std::string name;
+  test::KvCaseSpec spec;
+  std::vector<int> splits;
+};
+
+std::vector<SplitsParam> splits_params() {
+  std::vector<SplitsParam> out;
+  test::KvCaseSpec base;
+  base.B = 2;
+  base.Hq = 32;
+  base.Hkv = 8;
+  base.D = 128;
+  base.dtype = DType::bf16;
+  base.capacity = 1100;
+  base.seqlens = {1000, 1};  // 63 tiles and one key
+  out.push_back({"nq1_d128", base, {1, 2, 5, 7, 33, 128}});
+  test::KvCaseSpec s = base;
+  s.Nq = 4;
+  s.seqlens = {1, 5};  // + 3 appended rows: 4 and 8 keys, less than one 16-key tile
+  s.Nnew = 3;
+  s.options.causal = true;
+  out.push_back({"nq4_short_append_causal", s, {1, 3, 128}});
+  s = base;
+  s.Nq = 4;
+  s.seqlens = {777, 300};
+  out.push_back({"nq4_d128", s, {3, 13, 64}});
+  for (std::int64_t page : {16, 64, 256}) {
+    s = base;
+    s.page_size = page;
+    s.capacity = 1024;
+    s.seqlens = {1023, 17};
+    s.Nq = page == 64 ? 4 : 1;
+    out.push_back({"paged" + std::to_string(page), s, {3, 7, 128}});
+  }
+  for (std::int64_t D : {64, 256}) {
+    s = base;
+    s.D = D;
+    s.dtype = DType::f16;
+    s.Hq = 8;
+    s.Hkv = 2;
+    s.seqlens = {999, 40};
+    out.push_back({"f16_d" + std::to_string(D), s, {2, 9, 128}});
+  }
+  s = base;
+  s.Hq = 32;
+  s.Hkv = 2;  // group 16 x Nq 3: 3 M tiles
+  s.Nq = 3;
+  s.seqlens = {500, 2};
+  s.options.window_left = 100;
+  s.options.causal = true;
+  s.options.softcap = 30.0f;
+  out.push_back({"gqa16_nq3_window_softcap", s, {4, 11, 128}});
+  return out;
+}
+
+class DecodeSplits : public ::testing::TestWithParam<SplitsParam> {};
+
+TEST_P(DecodeSplits, ForcedSplitCountsMatchOracle) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  const SplitsParam& param = GetParam();
+  for (const char* variant : {"default", "legacy"}) {
+    ScopedEnv v("FLASHPP_DECODE_VARIANT", variant);
+    for (int splits : param.splits) {
+      SCOPED_TRACE(std::string("FLASHPP_DECODE_VARIANT=") + variant +
+                   " FLASHPP_DECODE_SPLITS=" + std::to_string(splits));
+      ScopedEnv e("FLASHPP_DECODE_SPLITS", std::to_string(splits));
+      HostTensor first, second;
+      check_decode_case({param.name, param.spec, true}, &first);
+      check_decode_case({param.name, param.spec, true}, &second);
+      EXPECT_EQ(std::memcmp(first.raw(), second.raw(), first.raw_bytes()), 0)
+          << "two identical calls gave different bits";
+    }
+  }
+  // The heuristic's own choice, default variant.
+  check_decode_case({param.name, param.spec, false});
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, DecodeSplits, ::testing::ValuesIn(splits_params()),
+                         [](const auto& info) { return info.param.name; });
+
+// Knob values outside what the variant and split knobs take are refused with their name.
+TEST(DecodeSplits, BadKnobValuesAreRefused) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  test::KvCaseSpec s;
+  s.B = 1;
+  s.Hq = 4;
+  s.Hkv = 1;
+  s.D = 64;
+  s.dtype = DType::f16;
+  s.capacity = 64;
+  s.seqlens = {40};
+  test::KvCaseData c = test::make_kv_case(s);
+  Mirror q = mirror(c.q), kc = mirror(c.k_cache), vc = mirror(c.v_cache);
+  Mirror sl = mirror_indices(c.seqlens);
+  KvCache cache;
+  cache.k_cache = kc.view;
+  cache.v_cache = vc.view;
+  cache.cache_seqlens = sl.view;
+  for (const char* bad : {"0", "129", "x"}) {
+    ScopedEnv e("FLASHPP_DECODE_SPLITS", bad);
+    EXPECT_THROW(flashpp::forward_kvcache_workspace_size(q.view, cache, Options{}), Error) << bad;
+  }
+  ScopedEnv v("FLASHPP_DECODE_VARIANT", "fast");
+  EXPECT_THROW(flashpp::forward_kvcache_workspace_size(q.view, cache, Options{}), Error);
+}
+
+// The workspace is sized for either variant, so that switching FLASHPP_DECODE_VARIANT between
+// calls (with a size cached per shape, as the Python wrapper does) always finds it big enough.
+TEST(DecodeSplits, WorkspaceSizeIsTheSameForBothVariants) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  test::KvCaseSpec s;
+  s.B = 1;
+  s.Hq = 32;
+  s.Hkv = 8;
+  s.D = 128;
+  s.dtype = DType::bf16;
+  s.capacity = 4096;
+  s.seqlens = {4096};
+  test::KvCaseData c = test::make_kv_case(s);
+  Mirror q = mirror(c.q), kc = mirror(c.k_cache), vc = mirror(c.v_cache);
+  Mirror sl = mirror_indices(c.seqlens);
+  KvCache cache;
+  cache.k_cache = kc.view;
+  cache.v_cache = vc.view;
+  cache.cache_seqlens = sl.view;
+  std::size_t sizes[2];
+  int n = 0;
+  for (const char* variant : {"default", "legacy"}) {
+    ScopedEnv v("FLASHPP_DECODE_VARIANT", variant);
+    sizes[n++] = flashpp::forward_kvcache_workspace_size(q.view, cache, Options{});
+  }
+  EXPECT_EQ(sizes[0], sizes[1]);
+  EXPECT_GT(sizes[0], 0u);  // B = 1 over 4096 keys splits on any GPU of fewer than 4096 SMs
+}
 
 // Unchecked bad indices never read or write out of bounds (the sanitizer run checks that): the
 // kernels clamp lengths and treat out-of-range pages as masked.

@@ -4,7 +4,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "../../../common/split_kv.hpp"
@@ -72,19 +74,23 @@ int smem_bytes_for(std::int64_t D) {
   }
 }
 
-// SMs and shared memory per SM of `device`, asked once per device.
+// SMs, shared memory per SM and compute capability of `device`, asked once per device.
 struct DeviceShape {
   int sms = 0;
   int smem_per_sm = 0;
+  int major = 0;
 };
 DeviceShape device_shape(int device) {
   static DeviceShape cache[64];
   if (device < 0 || device >= 64) device = 0;
   DeviceShape& s = cache[device];
   if (s.sms == 0) {
-    int sms = 0, smem = 0;
+    int sms = 0, smem = 0, major = 0;
     check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                "cudaDeviceGetAttribute (multiprocessors)");
+    check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+               "cudaDeviceGetAttribute (compute capability)");
+    s.major = major;
     check_cuda(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
                "cudaDeviceGetAttribute (shared memory per multiprocessor)");
     s.smem_per_sm = smem;
@@ -93,14 +99,44 @@ DeviceShape device_shape(int device) {
   return s;
 }
 
+// The partials start at a 256-byte boundary inside the workspace (the combine reads float4s).
+constexpr std::size_t kWorkspaceAlignment = 256;
+
 int m_tiles_of(const KvCacheArgs& a) {
   const std::int64_t rows = a.problem.heads_per_kv() * a.problem.Nq;
   return static_cast<int>((rows + 15) / 16);
 }
 
+// The decode variant, read at every call so that one process can time both (tools/decode_bench.py
+// --ab): FLASHPP_DECODE_VARIANT unset, "" or "default": split count from choose_num_splits_v2,
+// the combine kernel with one block per row, launched as a programmatic dependent on sm90;
+// "legacy": the split count, combine kernel and plain launch this library had before.
+// FLASHPP_DECODE_SPLITS=n (1..128) forces the split count (either variant; for tests and sweeps).
+bool legacy_variant() {
+  const char* env = std::getenv("FLASHPP_DECODE_VARIANT");
+  const std::string v = env != nullptr ? env : "";
+  if (v.empty() || v == "default") return false;
+  if (v == "legacy") return true;
+  throw Error(ErrorCode::invalid_argument,
+              "FLASHPP_DECODE_VARIANT: expected default or legacy, got '" + v + "'");
+}
+
+int forced_splits() {
+  const char* env = std::getenv("FLASHPP_DECODE_SPLITS");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  if (*end != '\0' || n < 1 || n > decode::kMaxSplits) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string("FLASHPP_DECODE_SPLITS: expected an integer in [1, ") +
+                    std::to_string(decode::kMaxSplits) + "], got '" + env + "'");
+  }
+  return static_cast<int>(n);
+}
+
 // Splits depend on the shapes and the device only (not on the lengths, which may live on the
 // device), so the workspace size is known before the call.
-int choose_splits(const KvCacheArgs& a) {
+int heuristic_splits(const KvCacheArgs& a, bool legacy) {
   const DeviceShape dev = device_shape(a.problem.device.index);
   detail::SplitKvInput in;
   in.work_units = a.problem.B * a.problem.Hkv * m_tiles_of(a);
@@ -109,9 +145,28 @@ int choose_splits(const KvCacheArgs& a) {
   const int per_block = smem_bytes_for(a.problem.D) + 1024;
   in.blocks_per_sm = dev.smem_per_sm / per_block > 0 ? dev.smem_per_sm / per_block : 1;
   if (in.blocks_per_sm > 4) in.blocks_per_sm = 4;
-  in.min_tiles_per_split = 8;
-  in.max_splits = 128;
-  return detail::choose_num_splits(in);
+  in.max_splits = decode::kMaxSplits;
+  if (legacy) {
+    in.min_tiles_per_split = 8;
+    return detail::choose_num_splits(in);
+  }
+  in.min_tiles_per_split = decode::kWarps;  // a tile per warp
+  return detail::choose_num_splits_v2(in);
+}
+
+// The split count of this call.
+int choose_splits(const KvCacheArgs& a) {
+  if (const int forced = forced_splits(); forced > 0) return forced;
+  return heuristic_splits(a, legacy_variant());
+}
+
+// The split count the workspace is sized for: enough for either variant, so that switching
+// FLASHPP_DECODE_VARIANT between calls never finds a workspace sized (or a size cached, as the
+// Python wrapper does per shape) for the other one too small. A forced count sizes it exactly.
+int workspace_splits(const KvCacheArgs& a) {
+  if (const int forced = forced_splits(); forced > 0) return forced;
+  legacy_variant();  // refuse a bad value here already
+  return std::max(heuristic_splits(a, true), heuristic_splits(a, false));
 }
 
 template <typename Element>
@@ -160,12 +215,12 @@ std::string decode_unsupported_reason(const KvCacheArgs& a) {
 
 std::size_t decode_workspace_bytes(const KvCacheArgs& a) {
   if (a.problem.B == 0 || a.problem.Nq == 0 || a.problem.Hq == 0) return 0;
-  const int splits = choose_splits(a);
+  const int splits = workspace_splits(a);
   if (splits <= 1) return 0;
   const std::size_t rows = static_cast<std::size_t>(splits) * a.problem.B * a.problem.Hq *
                            a.problem.Nq;
   const std::size_t o_bytes = (rows * a.problem.D * 4 + 255) / 256 * 256;
-  return o_bytes + rows * 4;
+  return kWorkspaceAlignment + o_bytes + rows * 4;  // room to align the caller's pointer
 }
 
 void run_decode(const KvCacheArgs& a) {
@@ -247,9 +302,14 @@ void run_decode(const KvCacheArgs& a) {
     }
     poison_device_buffer(a.workspace.data, needed, stream);
     const std::size_t rows = static_cast<std::size_t>(p.splits) * pr.B * pr.Hq * pr.Nq;
-    p.partial_o = static_cast<float*>(a.workspace.data);
-    p.partial_lse = reinterpret_cast<float*>(static_cast<char*>(a.workspace.data) +
-                                             (rows * pr.D * 4 + 255) / 256 * 256);
+    const auto base = reinterpret_cast<std::uintptr_t>(a.workspace.data);
+    char* aligned = static_cast<char*>(a.workspace.data) +
+                    ((kWorkspaceAlignment - base % kWorkspaceAlignment) % kWorkspaceAlignment);
+    p.partial_o = reinterpret_cast<float*>(aligned);
+    p.partial_lse = reinterpret_cast<float*>(aligned + (rows * pr.D * 4 + 255) / 256 * 256);
+    p.legacy_combine = legacy_variant();
+    p.dependent_launch =
+        !p.legacy_combine && device_shape(pr.device.index).major >= 9;
   }
   if (pr.dtype == DType::bf16) {
     dispatch_head_dim<__nv_bfloat16>(pr.D, p, stream);

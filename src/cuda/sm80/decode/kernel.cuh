@@ -10,8 +10,12 @@
 //     states through shared memory at the end;
 //   - the split count is chosen from the SM count (split_kv.hpp) so that B x Hkv x M tiles x
 //     splits fills the GPU; each split writes its normalised partial O and natural-log lse in
-//     float32, and decode_combine_kernel merges them by lse (lse_merge.hpp; a split that saw no key
-//     has lse = -inf and weight 0, so an all-masked row gives O = 0, never NaN).
+//     float32, and a combine kernel merges them by lse (a split that saw no key has lse = -inf and
+//     weight 0, so an all-masked row gives O = 0, never NaN): decode_combine_rows_kernel, one
+//     block per output row with every partial's load in flight at once, launched as a
+//     programmatic dependent of the decode kernel on sm90 (its blocks are resident and waiting
+//     when the decode kernel ends); decode_combine_kernel, the legacy variant's, walks the splits
+//     one after another per row (lse_merge.hpp), two dependent L2 round trips per split;
 //   - a paged cache is read through the block table one 16-key tile at a time (pages hold a
 //     multiple of 16 rows); a page id outside [0, num_pages) and rows past the sequence's length
 //     are zero-filled by cp.async and masked, so nothing is read out of bounds.
@@ -25,6 +29,7 @@
 #include "../../../common/lse_merge.hpp"
 #include "../../../common/split_kv.hpp"
 #include "../../ptx/cp_async.cuh"
+#include "../../ptx/griddepcontrol.cuh"
 #include "../../ptx/ldmatrix.cuh"
 #include "../../common/math.cuh"
 #include "../../ptx/mma.cuh"
@@ -36,6 +41,7 @@ namespace flashpp::cuda::decode {
 inline constexpr int kTileKeys = 16;
 inline constexpr int kWarps = 4;
 inline constexpr int kThreads = kWarps * 32;
+inline constexpr int kMaxSplits = 128;  // the combine kernels hold one split per thread
 
 template <int D>
 struct DecodeConfig {
@@ -66,6 +72,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   poison_dynamic_smem(smem_raw);
   auto* smem = reinterpret_cast<Element*>(smem_raw);
+  // The combine kernel (when launched as a programmatic dependent) may be scheduled now: it
+  // waits for this grid's completion before it reads the partials.
+  allow_dependent_launch();
 
   const int split = blockIdx.x;
   const int hkv = blockIdx.y / p.m_tiles;
@@ -75,22 +84,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
   const int g = lane / 4, t = lane % 4;
   const int rows_total = p.group * p.Nq;
 
-  // Keys of this sequence: the cached ones (clamped: never trust an unchecked length) plus the
-  // appended rows.
+  // The length is loaded first and used only after Q's loads are issued, so that the two
+  // memory round trips at the start of the block overlap (the K/V loads need the length).
   int cached = p.seqlens[b * p.seqlens_stride];
-  cached = min(max(cached, 0), p.capacity - p.Nnew);
-  const int nk = cached + p.Nnew;
-  const std::int64_t shift = static_cast<std::int64_t>(nk) - p.Nq;  // bottom-right
-
-  // The keys any row of this M tile may see, in whole tiles, cut into p.splits spans; the warps
-  // take the tiles of this block's span in turn.
-  const int i_first = (m_tile * 16) / p.group;
-  const int i_last = min(p.Nq - 1, (m_tile * 16 + 15) / p.group);
-  const detail::KeyRange keys = detail::decode_key_range(nk, p.Nq, i_first, i_last, p.masked,
-                                                         p.window_left, p.window_right);
-  const detail::TileSpan span = detail::split_tiles(keys, kTileKeys, p.splits, split);
-  const int t_begin = span.begin;
-  const int my_tiles = detail::warp_tile_count(span, warp, kWarps);
 
   // Q fragments of rows g and g + 8 of the M tile (zero beyond the last row).
   std::uint32_t qa[D / 16][4];
@@ -116,6 +112,22 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
       qa[kk][3] = rowp[1] ? load_pair(rowp[1], c1) : 0u;
     }
   }
+
+  // Keys of this sequence: the cached ones (clamped: never trust an unchecked length) plus the
+  // appended rows. (The length's load was issued before Q's.)
+  cached = min(max(cached, 0), p.capacity - p.Nnew);
+  const int nk = cached + p.Nnew;
+  const std::int64_t shift = static_cast<std::int64_t>(nk) - p.Nq;  // bottom-right
+
+  // The keys any row of this M tile may see, in whole tiles, cut into p.splits spans; the warps
+  // take the tiles of this block's span in turn.
+  const int i_first = (m_tile * 16) / p.group;
+  const int i_last = min(p.Nq - 1, (m_tile * 16 + 15) / p.group);
+  const detail::KeyRange keys = detail::decode_key_range(nk, p.Nq, i_first, i_last, p.masked,
+                                                         p.window_left, p.window_right);
+  const detail::TileSpan span = detail::split_tiles(keys, kTileKeys, p.splits, split);
+  const int t_begin = span.begin;
+  const int my_tiles = detail::warp_tile_count(span, warp, kWarps);
 
   const auto* kbase = static_cast<const Element*>(p.k);
   const auto* vbase = static_cast<const Element*>(p.v);
@@ -305,7 +317,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
   }
 }
 
-// Merges the splits' partial results by lse: one warp per (b, h, i) row.
+// The legacy variant's combine (FLASHPP_DECODE_VARIANT=legacy): one warp per (b, h, i) row,
+// the splits merged one after another.
 template <typename Element, int D>
 __global__ void __launch_bounds__(kThreads) decode_combine_kernel(const DecodeParams p) {
   constexpr int kPerLane = D / 32;
@@ -335,6 +348,83 @@ __global__ void __launch_bounds__(kThreads) decode_combine_kernel(const DecodePa
   for (int e = 0; e < kPerLane; ++e) o[lane * kPerLane + e] = Element(acc[e] * norm);
   if (lane == 0 && p.lse != nullptr) {
     p.lse[b * p.lse_stride[0] + h * p.lse_stride[1] + i * p.lse_stride[2]] = merger.lse();
+  }
+}
+
+// Merges the splits' partial results by lse: one block per (b, h, i) row. Thread (c, g) owns
+// columns 4c .. 4c + 3 and the splits g, g + kGroups, ...: every partial is read once, with all
+// of a thread's loads in flight together, then the kGroups sums are added in a fixed order
+// (deterministic). With M = max_s L_s, w_s = exp(L_s - M): O = sum_s w_s O_s / sum_s w_s and
+// L = M + log(sum_s w_s); no visible key at all (every L_s = -inf) gives O = 0, L = -inf.
+template <typename Element, int D>
+__global__ void __launch_bounds__(kThreads) decode_combine_rows_kernel(const DecodeParams p) {
+  constexpr int kCols = D / 4;             // threads per row of D floats (4 floats each)
+  constexpr int kGroups = kThreads / kCols;  // split groups: 8 (D = 64), 4 (128), 2 (256)
+  static_assert(kThreads % kCols == 0 && kGroups >= 1, "D / 4 must divide the block");
+  __shared__ float weights[kMaxSplits];
+  __shared__ float warp_max[kWarps], warp_sum[kWarps];
+  __shared__ float4 sums[kGroups][kCols];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const std::int64_t rows = static_cast<std::int64_t>(p.B) * p.Hq * p.Nq;
+  const std::int64_t row = blockIdx.x;
+  const int i = static_cast<int>(row % p.Nq);
+  const int h = static_cast<int>((row / p.Nq) % p.Hq);
+  const int b = static_cast<int>(row / (static_cast<std::int64_t>(p.Nq) * p.Hq));
+  grid_dependency_wait();  // the partials come from the decode kernel just before
+
+  const float l = tid < p.splits ? p.partial_lse[tid * rows + row] : -INFINITY;
+  float m = l;
+#pragma unroll
+  for (int d = 16; d >= 1; d /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+  if (lane == 0) warp_max[warp] = m;
+  __syncthreads();
+  float M = warp_max[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) M = fmaxf(M, warp_max[w]);
+  const float w_own = l > -INFINITY ? expf(l - M) : 0.0f;  // M is finite when l is
+  if (tid < kMaxSplits) weights[tid] = w_own;
+  float s = w_own;
+#pragma unroll
+  for (int d = 16; d >= 1; d /= 2) s += __shfl_xor_sync(0xffffffffu, s, d);
+  if (lane == 0) warp_sum[warp] = s;
+
+  const int c = tid % kCols, g = tid / kCols;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  __syncthreads();
+  const float* src = p.partial_o + row * D + 4 * c;
+#pragma unroll 8
+  for (int sp = g; sp < p.splits; sp += kGroups) {
+    const float w = weights[sp];
+    const float4 x = *reinterpret_cast<const float4*>(src + sp * rows * D);
+    // A weight of 0 (a split that saw no key) contributes nothing, whatever its partial holds.
+    acc.x += w > 0.0f ? w * x.x : 0.0f;
+    acc.y += w > 0.0f ? w * x.y : 0.0f;
+    acc.z += w > 0.0f ? w * x.z : 0.0f;
+    acc.w += w > 0.0f ? w * x.w : 0.0f;
+  }
+  sums[g][c] = acc;
+  __syncthreads();
+  if (g != 0) return;
+  float total = warp_sum[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) total += warp_sum[w];
+#pragma unroll
+  for (int gg = 1; gg < kGroups; ++gg) {
+    acc.x += sums[gg][c].x;
+    acc.y += sums[gg][c].y;
+    acc.z += sums[gg][c].z;
+    acc.w += sums[gg][c].w;
+  }
+  const float norm = total > 0.0f ? 1.0f / total : 0.0f;
+  auto* o = static_cast<Element*>(p.o) + b * p.o_stride[0] + i * p.o_stride[1] + h * p.o_stride[2] +
+            4 * c;
+  o[0] = Element(acc.x * norm);
+  o[1] = Element(acc.y * norm);
+  o[2] = Element(acc.z * norm);
+  o[3] = Element(acc.w * norm);
+  if (c == 0 && p.lse != nullptr) {
+    p.lse[b * p.lse_stride[0] + h * p.lse_stride[1] + i * p.lse_stride[2]] =
+        total > 0.0f ? M + logf(total) : -INFINITY;
   }
 }
 

@@ -39,6 +39,12 @@ struct DecodeParams {
   // [splits, B, Hq, Nq], float32.
   float* partial_o = nullptr;
   float* partial_lse = nullptr;
+  // Host-side choices (launch_decode): the combine kernel of the default variant (one block per
+  // row, every partial in flight at once) or the legacy one (one warp per row, splits in turn);
+  // whether the combine may be launched as a programmatic dependent of the decode kernel (sm90+
+  // devices; launch_decode also checks that the kernel's code has the grid dependency wait).
+  bool legacy_combine = false;
+  bool dependent_launch = false;
 };
 
 // The appended rows: k_new/v_new [B, Nnew, Hkv, D] written into the cache at seqlens[b].
