@@ -26,6 +26,20 @@ def is_fp8(x) -> bool:
     return dtype is not None and getattr(dtype, "name", "") == "float8_e4m3fn"
 
 
+_torch_e4m3 = None
+
+
+def is_torch_fp8(x) -> bool:
+    """is_fp8 for an x known to be a torch tensor (flashpp.attention's per-call check: the
+    dtype object is looked up once)."""
+    global _torch_e4m3
+    if _torch_e4m3 is None:
+        import torch
+
+        _torch_e4m3 = torch.float8_e4m3fn
+    return x.dtype == _torch_e4m3
+
+
 def _bnhd(x, layout: str):
     if layout == "bnhd":
         return x

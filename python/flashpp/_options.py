@@ -55,6 +55,10 @@ def parse_window(window, causal: bool) -> tuple[int, int]:
     return (-1 if left is None else int(left)), (-1 if right is None else int(right))
 
 
+_configs: dict = {}
+_CONFIG_LIMIT = 1024
+
+
 def make_config(
     *,
     causal=False,
@@ -66,6 +70,28 @@ def make_config(
     deterministic=False,
     backend="auto",
 ) -> AttentionConfig:
+    """The checked AttentionConfig of flashpp.attention's keyword arguments. Remembered per
+    argument tuple (a frozen dataclass: equal arguments may share one instance), since building
+    and checking it costs more than the rest of a small call's Python work. The key holds the
+    types of softmax_scale and window, whose checks depend on the type (window=5 vs 5.0, True)."""
+    try:
+        key = (causal, causal_alignment, softmax_scale, type(softmax_scale), window, type(window),
+               softcap, dropout_p, deterministic, backend)
+        cfg = _configs.get(key)
+    except TypeError:  # an unhashable argument (a list window): checked every call
+        key = cfg = None
+    if cfg is None:
+        cfg = _new_config(causal, causal_alignment, softmax_scale, window, softcap, dropout_p,
+                          deterministic, backend)
+        if key is not None:
+            if len(_configs) >= _CONFIG_LIMIT:
+                _configs.clear()
+            _configs[key] = cfg
+    return cfg
+
+
+def _new_config(causal, causal_alignment, softmax_scale, window, softcap, dropout_p,
+                deterministic, backend) -> AttentionConfig:
     if causal_alignment not in ALIGNMENTS:
         raise ValueError(
             f"flashpp: causal_alignment: expected one of {ALIGNMENTS}, got {causal_alignment!r}"

@@ -14,6 +14,20 @@ def _is_torch_tensor(x) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "requires_grad")
 
 
+_torch_functional = None
+
+
+def _torch_api():
+    """flashpp.torch.functional, imported on the first torch call (a `from . import` statement
+    per call costs about a microsecond of a small call's host time)."""
+    global _torch_functional
+    if _torch_functional is None:
+        from .torch import functional
+
+        _torch_functional = functional
+    return _torch_functional
+
+
 def attention(
     q,
     k,
@@ -77,21 +91,21 @@ def attention(
         deterministic=deterministic,
         backend=backend,
     )
-    if _fp8.is_fp8(q):
+    torch_input = _is_torch_tensor(q)
+    if _fp8.is_torch_fp8(q) if torch_input else _fp8.is_fp8(q):
         if return_rng_state:
             raise ValueError("flashpp: return_rng_state: the FP8 forward has no dropout")
         o, lse = _fp8.forward(q, k, v, cfg, layout, q_descale, k_descale, v_descale, out_dtype,
                               return_lse)
         return (o, lse) if return_lse else o
-    if any(x is not None for x in (q_descale, k_descale, v_descale, out_dtype)):
+    if q_descale is not None or k_descale is not None or v_descale is not None \
+            or out_dtype is not None:
         raise TypeError(
             "flashpp: q_descale, k_descale, v_descale and out_dtype apply to float8_e4m3fn "
             f"inputs only; q has dtype {getattr(q, 'dtype', type(q).__name__)}"
         )
-    if _is_torch_tensor(q):
-        from .torch import functional as torch_functional
-
-        return torch_functional.attention(
+    if torch_input:
+        return _torch_api().attention(
             q, k, v, cfg, seed=seed, offset=offset, layout=layout,
             return_lse=return_lse, return_rng_state=return_rng_state,
         )
@@ -145,9 +159,7 @@ def attention_backward(
         )
     seed, offset = _rng.check_seed(seed or 0, offset or 0)
     if _is_torch_tensor(q):
-        from .torch import functional as torch_functional
-
-        return torch_functional.attention_backward(
+        return _torch_api().attention_backward(
             q, k, v, o, lse, dout, cfg, seed=seed, offset=offset, layout=layout
         )
     return _numpy.backward(q, k, v, o, lse, dout, cfg, seed, offset, layout)

@@ -3,6 +3,7 @@
 // live behind forward.hpp (src/cuda/sm80/forward/) and backward.hpp (src/cuda/backward/).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -58,12 +59,19 @@ class StreamScratch {
   cudaStream_t stream_;
 };
 
+// The number of visible devices, asked of the runtime until it reports some and then
+// remembered (it cannot change within a process: CUDA_VISIBLE_DEVICES is read at
+// initialisation); unsupported_reason asks on every call.
 int device_count() noexcept {
+  static std::atomic<int> known{0};
+  const int cached = known.load(std::memory_order_relaxed);
+  if (cached > 0) return cached;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky-free error so later calls start clean
     return 0;
   }
+  if (count > 0) known.store(count, std::memory_order_relaxed);
   return count;
 }
 

@@ -7,6 +7,7 @@
 #include "attention_bindings.hpp"
 #include "dropout_bindings.hpp"
 #include "errors.hpp"
+#include "host_probe.hpp"
 #include "inference_bindings.hpp"
 #include "launch_plans.hpp"
 #include "flashpp/flashpp.hpp"
@@ -21,6 +22,7 @@ NB_MODULE(_C, m) {
   flashpp::python::bind_dropout(m);
   flashpp::python::bind_inference(m);
   flashpp::python::bind_launch_plans(m);
+  flashpp::python::bind_host_probe(m);
   m.def("version", [] { return flashpp::version(); });
   m.def("cuda_compiled", [] { return flashpp::cuda_compiled(); },
         "Whether this build has the CUDA backend.");

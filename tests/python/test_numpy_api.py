@@ -230,3 +230,21 @@ def test_version_and_capabilities():
     assert flashpp.__version__ == "0.1.0"
     assert isinstance(flashpp.cuda_compiled(), bool)
     assert isinstance(flashpp.cuda_available(), bool)
+
+
+def test_configs_are_remembered_without_changing_the_checks():
+    from flashpp._options import make_config
+
+    a = make_config(causal=True, window=5)
+    assert make_config(causal=True, window=5) is a
+    assert (a.window_left, a.window_right) == (5, 0)
+    # Equal but differently typed arguments are checked on their own.
+    with pytest.raises(TypeError, match="window"):
+        make_config(causal=True, window=5.0)
+    make_config(window=1)
+    with pytest.raises(TypeError, match="window"):
+        make_config(window=True)
+    assert make_config(window=[3, None]).window_left == 3  # unhashable: built every call
+    with pytest.raises(ValueError, match="softmax_scale"):
+        make_config(softmax_scale=-1.0)
+    assert make_config(softmax_scale=0.5) == make_config(softmax_scale=0.5)

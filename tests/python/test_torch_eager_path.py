@@ -126,3 +126,37 @@ def test_errors_name_the_argument(device):
     q, k, v = inputs(device, torch.float32 if device == "cpu" else torch.float16)
     with pytest.raises(ValueError, match="k"):
         flashpp.attention(q, k[..., :32], v)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_no_grad_call_without_lse_skips_it_and_agrees(device):
+    # A call whose lse nobody gets (no autograd, return_lse=False) neither allocates nor stores
+    # it; o is the operators' o all the same, and return_lse=True still returns it.
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    q, k, v = inputs(device, dtype)
+    cfg = flashpp._options.make_config(causal=True)
+    o, lse = _eager.forward(q, k, v, cfg, 0, 0, write_lse=False)
+    assert lse is None
+    o_ref, lse_ref = op_path(q, k, v, causal=True)
+    assert torch.equal(o, o_ref)
+    assert torch.equal(flashpp.attention(q, k, v, causal=True), o_ref)
+    o2, lse2 = flashpp.attention(q, k, v, causal=True, return_lse=True)
+    assert torch.equal(o2, o_ref) and torch.equal(lse2, lse_ref)
+    with torch.no_grad():
+        qg, kg, vg = inputs(device, dtype, grad=True)
+        assert torch.equal(flashpp.attention(qg, kg, vg, causal=True), o_ref)
+
+
+def test_functorch_transforms_take_the_operators():
+    # Under an active functorch transform even plain tensors go through the operators (the
+    # eager path's autograd.Function has no setup_context for functorch).
+    q, k, v = inputs("cpu", torch.float32)
+    seen = []
+
+    def f(x):
+        seen.append(_eager.usable(q, k, v))
+        return x * 2
+
+    torch.func.vmap(f)(torch.ones(3))
+    assert seen == [False]
+    assert _eager.usable(q, k, v)

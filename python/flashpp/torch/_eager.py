@@ -31,6 +31,7 @@ _function_mode_on = getattr(torch._C, "_is_torch_function_mode_enabled", lambda:
 _functorch = getattr(torch._C, "_functorch", None)
 _is_wrapped = getattr(_functorch, "is_functorch_wrapped_tensor", lambda t: False)
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
 _ENABLED = os.environ.get("FLASHPP_TORCH_EAGER", "1") != "0"
@@ -43,7 +44,8 @@ def usable(q, k, v) -> bool:
     if not _ENABLED or type(q) is not torch.Tensor or type(k) is not torch.Tensor \
             or type(v) is not torch.Tensor:
         return False
-    if q.is_meta or _is_compiling() or _dispatch_stack_len() or _function_mode_on():
+    if q.is_meta or _is_compiling() or _dispatch_stack_len() or _function_mode_on() \
+            or _functorch_active():
         return False
     # Dtypes the library does not take: the operators' path raises the usual TypeError.
     if q.dtype not in _DTYPE_CODES or k.dtype not in _DTYPE_CODES or v.dtype not in _DTYPE_CODES:
@@ -85,12 +87,15 @@ _options_cache: dict = {}
 _forward_plans: dict = {}
 _backward_plans: dict = {}
 _PLAN_LIMIT = 4096
+_F32 = torch.float32
+_U8 = torch.uint8
 
 
-def _options(cfg: AttentionConfig):
-    opt = _options_cache.get(cfg)
+def _options(cfg: AttentionConfig, write_lse: bool = True):
+    key = (cfg, write_lse)
+    opt = _options_cache.get(key)
     if opt is None:
-        opt = _options_cache[cfg] = to_options(cfg)
+        opt = _options_cache[key] = to_options(cfg, write_lse=write_lse)
     return opt
 
 
@@ -102,7 +107,7 @@ def _remember(cache: dict, key, value):
 
 
 def _workspace(nbytes: int, like: torch.Tensor):
-    return torch.empty(nbytes, dtype=torch.uint8, device=like.device) if nbytes else None
+    return torch.empty(nbytes, dtype=_U8, device=like.device) if nbytes else None
 
 
 def _rng_pair(cfg: AttentionConfig, seed, offset):
@@ -123,44 +128,49 @@ def _copy_needed(t: torch.Tensor) -> bool:
     return t.is_cuda and any(st % 8 for sz, st in zip(t.shape[:-1], t.stride()[:-1]) if sz > 1)
 
 
-def forward(q, k, v, cfg: AttentionConfig, seed: int, offset: int):
-    """o, lse for [B, N, H, D] views q, k, v (no autograd). Per call, for a known configuration:
-    one dictionary lookup, the data pointers' alignment, two allocations and the launch."""
+def forward(q, k, v, cfg: AttentionConfig, seed: int, offset: int, write_lse: bool = True):
+    """o, lse for [B, N, H, D] views q, k, v (no autograd); lse is None when not write_lse (the
+    kernels then store none, and nothing is allocated for it). Per call, for a known
+    configuration: one dictionary lookup, the data pointers' alignment, the allocations of o
+    (and lse) and the launch."""
     key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
-           v.dtype, q.device, k.device, v.device, cfg)
+           v.dtype, q.device, k.device, v.device, cfg, write_lse)
     plan = _forward_plans.get(key)
     if plan is None:
         if _copy_needed(q) or _copy_needed(k) or _copy_needed(v):
             _forward_plans[key] = False  # this layout always takes the copying path
-            return _forward_copying(q, k, v, cfg, seed, offset)
-        plan = _new_forward_plan(key, q, k, v, cfg)
+            return _forward_copying(q, k, v, cfg, seed, offset, write_lse)
+        plan = _new_forward_plan(key, q, k, v, cfg, write_lse)
     elif plan is False:
-        return _forward_copying(q, k, v, cfg, seed, offset)
+        return _forward_copying(q, k, v, cfg, seed, offset, write_lse)
+    run, lse_shape, workspace_bytes = plan
     qp, kp, vp = q.data_ptr(), k.data_ptr(), v.data_ptr()
     if q.is_cuda and (qp | kp | vp) % 16:
-        return _forward_copying(q, k, v, cfg, seed, offset)
-    o = _like(q)  # empty_like: its strides are a function of q's, so the plan's hold
-    B, Nq, Hq, _ = q.shape
-    lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
-    ws = _workspace(plan.workspace_bytes, q)
-    plan.run(qp, kp, vp, o.data_ptr(), lse.data_ptr(), seed, offset, _stream(q),
-             0 if ws is None else ws.data_ptr())
+        return _forward_copying(q, k, v, cfg, seed, offset, write_lse)
+    # The plan's layouts have a contiguous last dimension, so _like(q) is empty_like(q): its
+    # strides are a function of q's, so the plan's hold.
+    o = torch.empty_like(q)
+    lse = q.new_empty(lse_shape, dtype=_F32) if write_lse else None
+    ws = _workspace(workspace_bytes, q)
+    run(qp, kp, vp, o.data_ptr(), 0 if lse is None else lse.data_ptr(), seed, offset, _stream(q),
+        0 if ws is None else ws.data_ptr())
     return o, lse
 
 
-def _new_forward_plan(key, q, k, v, cfg):
+def _new_forward_plan(key, q, k, v, cfg, write_lse):
     o = _like(q)
     B, Nq, Hq, _ = q.shape
     lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
-    return _remember(_forward_plans, key, _C.ForwardPlan(
-        _meta(q), _meta(k), _meta(v), _meta(o), _meta(lse), _options(cfg),
-        q.data_ptr(), k.data_ptr(), v.data_ptr()))
+    plan = _C.ForwardPlan(_meta(q), _meta(k), _meta(v), _meta(o), _meta(lse),
+                          _options(cfg, write_lse), q.data_ptr(), k.data_ptr(), v.data_ptr())
+    # (the bound run method, lse's shape, the workspace size): no attribute lookups per call.
+    return _remember(_forward_plans, key, (plan.run, (B, Hq, Nq), plan.workspace_bytes))
 
 
-def _forward_copying(q, k, v, cfg, seed, offset):
+def _forward_copying(q, k, v, cfg, seed, offset, write_lse=True):
     """Inputs the kernels cannot read in place: copied as the operators do, then the plan of
     the copies' layout."""
-    return forward(_readable(q), _readable(k), _readable(v), cfg, seed, offset)
+    return forward(_readable(q), _readable(k), _readable(v), cfg, seed, offset, write_lse)
 
 
 def backward(dout, q, k, v, o, lse, cfg: AttentionConfig, seed: int, offset: int):
@@ -170,21 +180,28 @@ def backward(dout, q, k, v, o, lse, cfg: AttentionConfig, seed: int, offset: int
            dout.shape, dout.stride(), q.dtype, k.dtype, v.dtype, o.dtype, dout.dtype, q.device,
            k.device, v.device, o.device, dout.device, lse.shape, cfg)
     plan = _backward_plans.get(key)
-    inputs = (q, k, v, o, lse, dout)
-    pointers = [t.data_ptr() for t in inputs]
-    misaligned = q.is_cuda and any(ptr % 16 for ptr in pointers)
+    pointers = [q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
+                dout.data_ptr()]
+    misaligned = q.is_cuda and (pointers[0] | pointers[1] | pointers[2] | pointers[3] |
+                                pointers[4] | pointers[5]) % 16 != 0
     if plan is None or misaligned:
         if misaligned or any(_copy_needed(t) for t in (q, k, v, o, dout)):
             q, k, v, o, dout = (_readable(t) for t in (q, k, v, o, dout))
             return backward(dout, q, k, v, o, lse, cfg, seed, offset)
-    dq, dk, dv = _like(q), _like(k), _like(v)
-    data = pointers + [dq.data_ptr(), dk.data_ptr(), dv.data_ptr()]
     if plan is None:
-        tensors = inputs + (dq, dk, dv)
-        plan = _remember(_backward_plans, key,
-                         _C.BackwardPlan([_meta(t) for t in tensors], _options(cfg), data))
-    ws = _workspace(plan.workspace_bytes, q)
-    plan.run(data, seed, offset, _stream(q), 0 if ws is None else ws.data_ptr())
+        dq, dk, dv = _like(q), _like(k), _like(v)
+        data = pointers + [dq.data_ptr(), dk.data_ptr(), dv.data_ptr()]
+        cplan = _C.BackwardPlan([_meta(t) for t in (q, k, v, o, lse, dout, dq, dk, dv)],
+                                _options(cfg), data)
+        plan = _remember(_backward_plans, key, (cplan.run, cplan.workspace_bytes))
+    else:
+        # A plan's layouts have contiguous last dimensions: _like is empty_like.
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        pointers += [dq.data_ptr(), dk.data_ptr(), dv.data_ptr()]
+        data = pointers
+    run, workspace_bytes = plan
+    ws = _workspace(workspace_bytes, q)
+    run(data, seed, offset, _stream(q), 0 if ws is None else ws.data_ptr())
     return dq, dk, dv
 
 
@@ -212,11 +229,21 @@ class _Attention(torch.autograd.Function):
         return dq, dk, dv, None
 
 
-def attention(q, k, v, cfg: AttentionConfig, seed, offset):
-    """(o, lse, (seed, offset)) for [B, N, H, D] views, with autograd when a gradient is needed."""
+# autograd.Function.apply's Python wrapper only binds default arguments (for a setup_context,
+# which _Attention has none of) and unwraps dead functorch wrappers (usable() admits no
+# functorch tensors and no active transforms): about 3 us per call, skipped by calling the C
+# apply it ends in. Where torch lacks it, the wrapper.
+_c_apply = getattr(getattr(torch._C, "_FunctionBase", None), "__dict__", {}).get("apply")
+_apply = _c_apply.__get__(None, _Attention) if _c_apply is not None else _Attention.apply
+
+
+def attention(q, k, v, cfg: AttentionConfig, seed, offset, need_lse: bool = True):
+    """(o, lse, (seed, offset)) for [B, N, H, D] views, with autograd when a gradient is needed.
+    need_lse=False: the caller drops lse, so a call without autograd neither allocates nor
+    stores it (lse is then None); with autograd the backward needs it either way."""
     seed, offset = _rng_pair(cfg, seed, offset)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        o, lse = _Attention.apply(q, k, v, (cfg, seed, offset))
+        o, lse = _apply(q, k, v, (cfg, seed, offset))
     else:
-        o, lse = forward(q, k, v, cfg, seed, offset)
+        o, lse = forward(q, k, v, cfg, seed, offset, need_lse)
     return o, lse, (seed, offset)

@@ -25,7 +25,7 @@ def attention(q, k, v, cfg: AttentionConfig, *, seed, offset, layout, return_lse
     if _eager.usable(q, k, v) and q.dim() == 4:
         # Plain eager call: the lean path (same library, same results, less host work).
         o, lse, rng = _eager.attention(_bnhd(q, layout), _bnhd(k, layout), _bnhd(v, layout), cfg,
-                                       seed, offset)
+                                       seed, offset, return_lse)
         o = _bnhd(o, layout)
         if not (return_lse or return_rng_state):
             return o

@@ -21,6 +21,14 @@ bool make_row_tile_map(CUtensorMap* map, const void* data, DType dtype, std::int
                        std::int64_t batch_stride, std::int64_t row_stride,
                        std::int64_t head_stride, int box_rows);
 
+// make_row_tile_map's maps are remembered per request (address, layout, box) and copied out on
+// a repeat: encoding costs host time on every launch otherwise. encode_row_tile_map always asks
+// the driver (the host-time probe compares the two).
+bool encode_row_tile_map(CUtensorMap* map, const void* data, DType dtype, std::int64_t batch,
+                         std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
+                         std::int64_t batch_stride, std::int64_t row_stride,
+                         std::int64_t head_stride, int box_rows);
+
 // True when `device` has the bulk copy engine (compute capability 9.0 or later).
 bool device_has_tma(int device);
 
