@@ -140,6 +140,9 @@ Problem validate_inputs(const char* call, const TensorView& q, const TensorView&
   check_view(call, "q", q, 4, "[B, Nq, Hq, D]");
   check_view(call, "k", k, 4, "[B, Nk, Hkv, D]");
   check_view(call, "v", v, 4, "[B, Nk, Hkv, D]");
+  if (q.dtype == DType::i32) {  // a dtype of the library (indices), not one attention takes
+    fail(ErrorCode::unsupported, call, "q", "dtype f32, f16, bf16 or e4m3", "dtype i32");
+  }
   if (!valid_dtype(q.dtype)) {
     fail(ErrorCode::invalid_argument, call, "q", "dtype f32, f16, bf16 or e4m3",
          "dtype code " + std::to_string(static_cast<int>(q.dtype)));

@@ -112,6 +112,9 @@ std::vector<BadInputCase> bad_input_cases() {
       t->dtype = DType::f64;
   });
   both("q_unknown_dtype", "q", invalid, [](ValidCall& c) { c.q.dtype = static_cast<DType>(7); });
+  both("i32_inputs", "q", E::unsupported, [](ValidCall& c) {
+    for (TensorView* t : {&c.q, &c.k, &c.v}) t->dtype = DType::i32;
+  });
   both("v_mixed_dtype", "v", invalid, [](ValidCall& c) { c.v.dtype = DType::f16; });
   both("k_mixed_dtype", "k", invalid, [](ValidCall& c) { c.k.dtype = DType::bf16; });
   fwd("o_mixed_dtype", "o", invalid, [](ValidCall& c) { c.o.dtype = DType::f16; });
