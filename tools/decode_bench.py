@@ -111,7 +111,11 @@ class Flashpp:
                     ctypes.byref(keep[0]), ctypes.byref(cache), ctypes.byref(keep[4]),
                     ctypes.byref(keep[5]), ctypes.byref(opts), stream,
                     ctypes.c_void_p(ws.data_ptr()), nbytes.value), "forward_kvcache")
-        run.keep = (keep, bt, cache, opts, ws)
+        # The torch tensors too: a view does not own its memory, and an output made for this call
+        # alone (torch.empty_like(q) in the argument list) would otherwise go back to the
+        # allocator and be handed to the next tensor made, which this call then overwrites
+        # (session 12: a legacy variant's output landed in the next cell's block table).
+        run.keep = (keep, bt, cache, opts, ws, (q, k_cache, v_cache, seqlens, block_table, o, lse))
         return run
 
 

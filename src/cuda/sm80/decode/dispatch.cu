@@ -308,8 +308,11 @@ void run_decode(const KvCacheArgs& a) {
     p.partial_o = reinterpret_cast<float*>(aligned);
     p.partial_lse = reinterpret_cast<float*>(aligned + (rows * pr.D * 4 + 255) / 256 * 256);
     p.legacy_combine = legacy_variant();
-    p.dependent_launch =
-        !p.legacy_combine && device_shape(pr.device.index).major >= 9;
+    // On sm90 the combine is a programmatic dependent launch; FLASHPP_DECODE_PDL=0 makes it a
+    // plain launch (A/B runs; read at every call).
+    const char* pdl = std::getenv("FLASHPP_DECODE_PDL");
+    const bool pdl_off = pdl != nullptr && pdl[0] == '0' && pdl[1] == '\0';
+    p.dependent_launch = !p.legacy_combine && device_shape(pr.device.index).major >= 9 && !pdl_off;
   }
   if (pr.dtype == DType::bf16) {
     dispatch_head_dim<__nv_bfloat16>(pr.D, p, stream);
