@@ -40,12 +40,6 @@ template <> struct ForwardTileConfig<96> : Sm90TileShape<2, 128, 2> {};
 template <> struct ForwardTileConfig<128> : Sm90TileShape<2, 128, 2> {};
 template <> struct ForwardTileConfig<192> : Sm90TileShape<2, 96, 2> {};
 template <> struct ForwardTileConfig<256> : Sm90TileShape<2, 64, 2> {};
-#elif FLASHPP_SM90_FWD_VARIANT == 4  // D=64 with wider key tiles (FlashAttention-3's non-causal choice)
-template <> struct ForwardTileConfig<64> : Sm90TileShape<2, 192, 3> {};
-template <> struct ForwardTileConfig<96> : Sm90TileShape<2, 128, 2> {};
-template <> struct ForwardTileConfig<128> : Sm90TileShape<2, 128, 2> {};
-template <> struct ForwardTileConfig<192> : Sm90TileShape<2, 64, 2> {};
-template <> struct ForwardTileConfig<256> : Sm90TileShape<2, 64, 2> {};
 #elif FLASHPP_SM90_FWD_VARIANT == 3  // the table before the persistent grid: three stages, O staged through Q
 template <> struct ForwardTileConfig<64> : Sm90TileShape<2, 128, 4> {};
 template <> struct ForwardTileConfig<96> : Sm90TileShape<2, 128, 3> {};
