@@ -1,5 +1,5 @@
 // The CUDA backend's kernel families, as the dispatchers (forward_dispatch.cpp,
-// backward/run_backward.cu) see them:
+// backward_dispatch.cu) see them:
 //   sm80  the portable FlashAttention-2 design on mma.sync and cp.async (sm_80 and later);
 //   sm90  the Hopper design on wgmma, TMA and warp specialisation (sm_90a builds, on compute
 //         capability 9.0 devices).
@@ -47,7 +47,7 @@ void run_forward(const ForwardParams& params, const detail::ForwardArgs& args, c
 inline constexpr int kFp8ForwardHeadDims[] = {64, 128, 256};
 void run_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& args,
                      cudaStream_t stream);
-// The backward's head dims (kernel head dims of src/cuda/backward/config.hpp it instantiates).
+// The backward's head dims (kernel head dims of common/backward_workspace.hpp it instantiates).
 inline constexpr int kBackwardHeadDims[] = {64, 128};
 void run_backward(const bwd::BackwardParams& params, const detail::BackwardArgs& args,
                   cudaStream_t stream);

@@ -1,11 +1,11 @@
-// The split of the backward main kernel's last wave (src/cuda/backward/tail_split.hpp): plain
+// The split of the backward main kernel's last wave (src/cuda/common/tail_split.hpp): plain
 // integer arithmetic, so it is checked here on the CPU, where CI runs.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <vector>
 
-#include "cuda/backward/tail_split.hpp"
+#include "cuda/common/tail_split.hpp"
 
 namespace {
 

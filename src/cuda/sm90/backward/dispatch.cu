@@ -3,8 +3,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "../../backward/config.hpp"
-#include "../../backward/params.hpp"
+#include "../../common/backward_workspace.hpp"
+#include "../../common/backward_params.hpp"
 #include "../../families.hpp"
 
 namespace flashpp::cuda::sm90 {

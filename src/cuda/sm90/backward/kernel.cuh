@@ -35,8 +35,8 @@
 
 #include <cstdint>
 
-#include "../../backward/dq_accum.cuh"
-#include "../../backward/params.hpp"
+#include "../../common/dq_accum.cuh"
+#include "../../common/backward_params.hpp"
 #include "../../common/block_order.cuh"
 #include "../../common/dropout_signs.cuh"
 #include "../../common/math.cuh"
@@ -439,7 +439,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     __syncwarp();
     if (lane == 0) ptx::mbarrier_arrive(smem.step_empty(s));
 
-    // dQ += into the fragment-ordered float32 accumulator (backward/dq_accum.cuh, shared with
+    // dQ += into the fragment-ordered float32 accumulator (common/dq_accum.cuh, shared with
     // the sm80 family and its postprocess): one 16-byte red per fragment, no barrier. (A staging
     // tile with one bulk reduce-add per step measured 10-25% slower: perf-notes.)
     const std::int64_t bh = tile.b * p.q_heads + st.h;

@@ -1,7 +1,7 @@
 // Launches one instantiation (element type x head dim) of the sm90 backward: preprocess (shared
 // with the sm80 family: delta, lse in log2 units, the dQ accumulator zeroed), the main kernel
 // (tensor maps, grid of key tiles x batch*kv heads, longest first under a mask), and the dQ
-// postprocess (also the sm80 family's: the accumulator is fragment-ordered, backward/dq_accum.cuh).
+// postprocess (also the sm80 family's: the accumulator is fragment-ordered, common/dq_accum.cuh).
 // Each instances/bwd_*.cu file instantiates run_backward_for for one (Element, kHeadDim).
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <algorithm>
 
 #include "../../../api/problem.hpp"
-#include "../../backward/pre_post.cuh"
+#include "../../common/backward_pre_post.cuh"
 #include "../../common/check_cuda.hpp"
 #include "../../common/tensor_map.hpp"
 #include "kernel.cuh"

@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
-#include "../ptx/cp_async.cuh"
-#include "../common/tile_copy.cuh"
+#include "../../ptx/cp_async.cuh"
+#include "../../common/tile_copy.cuh"
 
 namespace flashpp::cuda::bwd {
 

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../common/block_order.cuh"
-#include "../common/check_cuda.hpp"
-#include "../common/tensor_map.hpp"
+#include "../../common/block_order.cuh"
+#include "../../common/check_cuda.hpp"
+#include "../../common/tensor_map.hpp"
 #include "dq_kernel.cuh"
 #include "launch.hpp"
 #include "main_kernel.cuh"

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../common/math.cuh"
-#include "params.hpp"
+#include "../../common/math.cuh"
+#include "../../common/backward_params.hpp"
 
 namespace flashpp::cuda::bwd {
 

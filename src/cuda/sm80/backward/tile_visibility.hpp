@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
-#include "../../common/host_device.hpp"
-#include "../../common/mask.hpp"
+#include "../../../common/host_device.hpp"
+#include "../../../common/mask.hpp"
 
 namespace flashpp::cuda::bwd {
 

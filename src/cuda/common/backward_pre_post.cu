@@ -7,14 +7,14 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../common/check_cuda.hpp"
-#include "../common/math.cuh"
-#include "../common/warp_reduce.cuh"
-#include "config.hpp"
+#include "check_cuda.hpp"
+#include "math.cuh"
+#include "warp_reduce.cuh"
+#include "backward_workspace.hpp"
 #include "dq_accum.cuh"
-#include "pre_post.cuh"
+#include "backward_pre_post.cuh"
 #include "split_unit.cuh"
-#include "../common/poison.cuh"
+#include "poison.cuh"
 
 namespace flashpp::cuda::bwd {
 namespace {
@@ -215,7 +215,7 @@ void launch_preprocess(const BackwardParams& p, cudaStream_t stream) {
   const std::int64_t rows = p.batch * p.q_heads * p.rows_padded;
   if (rows == 0) return;
   auto* kernel = &bwd_preprocess_kernel<Element, 8>;
-  switch (p.accum_width) {  // the kernel head dim (config.hpp)
+  switch (p.accum_width) {  // the kernel head dim (backward_workspace.hpp)
     case 32: kernel = &bwd_preprocess_kernel<Element, 1>; break;
     case 64: kernel = &bwd_preprocess_kernel<Element, 2>; break;
     case 96: kernel = &bwd_preprocess_kernel<Element, 3>; break;

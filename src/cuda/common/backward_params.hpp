@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "../../common/mask.hpp"
-#include "../common/row_strides.hpp"
+#include "row_strides.hpp"
 #include "../../common/philox.hpp"
 #include "tail_split.hpp"
 
@@ -39,7 +39,7 @@ struct BackwardParams {
   detail::Mask mask{};
   detail::DropoutParams dropout{};
 
-  // Workspace (float32), laid out by workspace_layout() in config.hpp:
+  // Workspace (float32), laid out by workspace_layout() in backward_workspace.hpp:
   //   delta    [B*Hq, rows_padded]   D_i = rowsum(dO_i * O_i); 0 on padding rows
   //   lse_log2 [B*Hq, rows_padded]   lse_i * log2(e); +inf where lse = -inf or on padding rows,
   //                                  so that P = exp2(s - lse_log2) is exactly 0 there
@@ -48,7 +48,7 @@ struct BackwardParams {
   float* lse_log2 = nullptr;
   float* dq_accum = nullptr;
   //   dq_turns [B*Hq, rows_padded / 64] int32, zeroed: the sm90 deterministic mode's count of dQ
-  //            additions done into each 64-row query tile (config.hpp kSemaphoreRows)
+  //            additions done into each 64-row query tile (backward_workspace.hpp kSemaphoreRows)
   int* dq_turns = nullptr;
   std::int64_t rows_padded = 0;
   int accum_width = 0;
@@ -57,7 +57,7 @@ struct BackwardParams {
   //   `split` cuts, the postprocess writes them out
   float* split_partials = nullptr;
   std::int64_t split_capacity = 0;
-  TailSplit split{};  // set by prepare_main (launch_impl.cuh); no split until then
+  TailSplit split{};  // set by prepare_main (sm80/backward/launch_impl.cuh); no split until then
 
   // Launch order of the main kernel's (key tile, kv head) items: common/block_order.cuh.
   std::int64_t heads_per_group = 1;

@@ -1,4 +1,4 @@
-// The backward's two light passes around the main kernel (declarations; pre_post.cu defines
+// The backward's two light passes around the main kernel (declarations; backward_pre_post.cu defines
 // them for fp16 and bf16).
 //   preprocess:  delta_i = rowsum(dO_i * O_i) in float32, and lse_i * log2(e) (+inf for rows that
 //                see no key and for padding rows), both laid out [B*Hq, rows_padded]; and the
@@ -10,7 +10,7 @@
 
 #include <cuda_runtime.h>
 
-#include "params.hpp"
+#include "backward_params.hpp"
 
 namespace flashpp::cuda::bwd {
 

@@ -13,14 +13,14 @@
 #include <limits>
 #include <string>
 
-#include "../backward.hpp"
-#include "../common/check_cuda.hpp"
-#include "../common/poison.cuh"
-#include "../families.hpp"
-#include "config.hpp"
-#include "launch.hpp"
-#include "params.hpp"
-#include "pre_post.cuh"
+#include "backward.hpp"
+#include "common/check_cuda.hpp"
+#include "common/poison.cuh"
+#include "families.hpp"
+#include "common/backward_workspace.hpp"
+#include "sm80/backward/launch.hpp"
+#include "common/backward_params.hpp"
+#include "common/backward_pre_post.cuh"
 
 namespace flashpp::cuda {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "params.hpp"
+#include "../../common/backward_params.hpp"
 
 namespace flashpp::cuda::bwd {
 

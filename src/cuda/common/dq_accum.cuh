@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "params.hpp"
+#include "backward_params.hpp"
 
 namespace flashpp::cuda::bwd {
 

@@ -10,10 +10,10 @@
 
 #include <cstdint>
 
-#include "../common/block_order.cuh"
-#include "../common/math.cuh"
-#include "config.hpp"
-#include "params.hpp"
+#include "block_order.cuh"
+#include "math.cuh"
+#include "backward_workspace.hpp"
+#include "backward_params.hpp"
 
 namespace flashpp::cuda::bwd {
 

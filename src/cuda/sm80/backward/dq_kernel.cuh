@@ -11,16 +11,16 @@
 
 #include <cstdint>
 
-#include "../common/math.cuh"
-#include "../ptx/mma.cuh"
-#include "../common/swizzle.cuh"
-#include "../common/swizzled_fragments.cuh"
-#include "config.hpp"
-#include "params.hpp"
+#include "../../common/math.cuh"
+#include "../../ptx/mma.cuh"
+#include "../../common/swizzle.cuh"
+#include "../../common/swizzled_fragments.cuh"
+#include "../../common/backward_workspace.hpp"
+#include "../../common/backward_params.hpp"
 #include "score_gradient.cuh"
 #include "tile_io.cuh"
 #include "tile_visibility.hpp"
-#include "../common/poison.cuh"
+#include "../../common/poison.cuh"
 
 namespace flashpp::cuda::bwd {
 
