@@ -15,7 +15,7 @@
 #include "../../ptx/mma.cuh"
 #include "../../common/swizzle.cuh"
 #include "../../common/swizzled_fragments.cuh"
-#include "../../common/backward_workspace.hpp"
+#include "tile_config.hpp"
 #include "../../common/backward_params.hpp"
 #include "score_gradient.cuh"
 #include "tile_io.cuh"

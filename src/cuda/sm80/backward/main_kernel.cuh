@@ -16,7 +16,7 @@
 // Computing S transposed (keys as rows) puts each warp's keys in the same rows for A and C:
 // packed P~^T and dS^T accumulators are exactly the A fragments of C, so where a warp owns all
 // query columns they never go through shared memory, and C needs no barrier. With 32 keys per
-// warp ("wide", common/backward_workspace.hpp) two warps share a key group and exchange them through shared memory.
+// warp ("wide", tile_config.hpp) two warps share a key group and exchange them through shared memory.
 // Two barriers per step: tiles landed / previous step done, and P~^T, dS^T complete before C or D.
 //
 // GQA: the block loops over the Hq/Hkv query heads of its kv head itself, so dK and dV sum over
@@ -35,7 +35,7 @@
 #include "../../common/swizzle.cuh"
 #include "../../common/swizzled_fragments.cuh"
 #include "../../ptx/tma.cuh"
-#include "../../common/backward_workspace.hpp"
+#include "tile_config.hpp"
 #include "../../common/dq_accum.cuh"
 #include "../../common/backward_params.hpp"
 #include "score_gradient.cuh"
