@@ -1,11 +1,6 @@
-// The CUDA backward's host side (backward.hpp): what is supported, how much workspace, and the
-// sequence of launches
-//   preprocess (delta, lse in log2 units)
-//   -> main kernel per key tile (dK, dV; dQ by atomics unless deterministic)
-//   -> postprocess (dQ accumulator -> dq)     or, deterministic: dQ kernel per query tile
-// all on args.stream.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// The CUDA backward's host side (backward.hpp): what is supported, how much workspace, which
+// kernel family runs (sm80/backward/, sm90/backward/), and the parameters every family takes
+// (common/backward_params.hpp), with the workspace laid out by common/backward_workspace.hpp.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -14,13 +9,11 @@
 #include <string>
 
 #include "backward.hpp"
+#include "common/backward_params.hpp"
+#include "common/backward_workspace.hpp"
 #include "common/check_cuda.hpp"
 #include "common/poison.cuh"
 #include "families.hpp"
-#include "common/backward_workspace.hpp"
-#include "sm80/backward/launch.hpp"
-#include "common/backward_params.hpp"
-#include "common/backward_pre_post.cuh"
 
 namespace flashpp::cuda {
 namespace {
@@ -137,37 +130,6 @@ BackwardParams make_params(const detail::BackwardArgs& a, bool sm90) {
   return p;
 }
 
-template <typename Element, int kHeadDim>
-void run_kernels(const BackwardParams& args_params, bool deterministic, cudaStream_t stream) {
-  // The main kernel's launch choices (block order, bulk copies, the split of its last wave) come
-  // first: the preprocess zeroes the split units' partial sums.
-  const BackwardParams p = bwd::prepare_main<Element, kHeadDim>(args_params, deterministic);
-  bwd::launch_preprocess<Element>(p, stream);
-  if (deterministic) {
-    bwd::launch_main<Element, kHeadDim>(p, /*accumulate_dq=*/false, stream);
-    bwd::launch_dq<Element, kHeadDim>(p, stream);
-    return;
-  }
-  // The dQ accumulator was zeroed by the preprocess (one pass instead of a separate memset).
-  bwd::launch_main<Element, kHeadDim>(p, /*accumulate_dq=*/true, stream);
-  bwd::launch_postprocess<Element>(p, stream);
-}
-
-template <typename Element>
-void dispatch_head_dim(const BackwardParams& p, bool deterministic, cudaStream_t stream) {
-  switch (bwd::kernel_head_dim(p.head_dim)) {
-    case 32: return run_kernels<Element, 32>(p, deterministic, stream);
-    case 64: return run_kernels<Element, 64>(p, deterministic, stream);
-    case 96: return run_kernels<Element, 96>(p, deterministic, stream);
-    case 128: return run_kernels<Element, 128>(p, deterministic, stream);
-    case 192: return run_kernels<Element, 192>(p, deterministic, stream);
-    case 256: return run_kernels<Element, 256>(p, deterministic, stream);
-    default:
-      throw Error(ErrorCode::internal,
-                  "flashpp::backward: no CUDA kernel for head dim " + std::to_string(p.head_dim));
-  }
-}
-
 // Largest grid the kernels flatten into blockIdx.x.
 constexpr std::int64_t kMaxBlocks = std::numeric_limits<std::int32_t>::max();
 
@@ -221,12 +183,8 @@ void run_backward(const detail::BackwardArgs& args) {
   poison_device_buffer(args.workspace.data, backward_scratch_bytes(pr, args.deterministic), stream);
   if (sm90) {
     sm90::run_backward(p, args, stream);
-    return;
-  }
-  if (pr.dtype == DType::f16) {
-    dispatch_head_dim<__half>(p, args.deterministic, stream);
   } else {
-    dispatch_head_dim<__nv_bfloat16>(p, args.deterministic, stream);
+    sm80::run_backward(p, args, stream);
   }
 }
 

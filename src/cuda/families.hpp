@@ -38,6 +38,9 @@ struct BackwardParams;
 namespace sm80 {
 inline constexpr int kForwardHeadDims[] = {32, 64, 96, 128, 192, 256};
 void run_forward(const ForwardParams& params, const detail::Problem& problem, cudaStream_t stream);
+// The backward: every kernel head dim of common/backward_workspace.hpp (sm80/backward/).
+void run_backward(const bwd::BackwardParams& params, const detail::BackwardArgs& args,
+                  cudaStream_t stream);
 }  // namespace sm80
 
 namespace sm90 {
