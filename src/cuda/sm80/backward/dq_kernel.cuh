@@ -19,7 +19,7 @@
 #include "../../common/backward_params.hpp"
 #include "score_gradient.cuh"
 #include "tile_io.cuh"
-#include "tile_visibility.hpp"
+#include "../../common/tile_range.hpp"
 #include "../../common/poison.cuh"
 
 namespace flashpp::cuda::bwd {

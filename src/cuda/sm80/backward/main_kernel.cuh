@@ -42,7 +42,7 @@
 #include "../../common/split_unit.cuh"
 #include "../../common/tail_split.hpp"
 #include "tile_io.cuh"
-#include "tile_visibility.hpp"
+#include "../../common/tile_range.hpp"
 #include "../../common/poison.cuh"
 
 namespace flashpp::cuda::bwd {
@@ -363,7 +363,7 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
     const std::int64_t i1 = i0 + kQueryRows < p.q_len ? i0 + kQueryRows : p.q_len;
     const bool element_mask = tile_needs_element_test(p.mask, i0, i1, j0, j1, kKeyRows);
     // The mask rule -left <= (j0 + row) - (i0 + col) - shift <= right, turned once per step into
-    // 32-bit bounds on row - col (tile_visibility.hpp), so that an element's test is integer
+    // 32-bit bounds on row - col (common/tile_range.hpp), so that an element's test is integer
     // compares against a lane constant plus a compile-time offset; and the key bound row < Nk - j0.
     const TileBand band = tile_band<kKeyRows, kQueryRows>(p.mask, j0, j1, i0);
     const int lane_band = key_row0 - score_col0 + g - 2 * t;  // row - col of the lane's element 0
