@@ -18,8 +18,6 @@
 namespace flashpp::cuda {
 namespace {
 
-using bwd::BackwardParams;
-
 RowStrides row_strides(const TensorView& t) {
   return RowStrides{t.strides[0], t.strides[1], t.strides[2]};
 }
@@ -44,7 +42,7 @@ std::string misaligned_tensor(const detail::BackwardArgs& a) {
 std::string sm90_backward_unsupported(const detail::Problem& pr, bool deterministic) {
   std::string reason = sm90_unavailable_reason(pr.device.index);
   if (!reason.empty()) return reason;
-  const int d = bwd::kernel_head_dim(pr.D);
+  const int d = kernel_head_dim(pr.D);
   if (d != 64 && d != 128) return "the sm90 backward covers head dims up to 64 and 65..128";
   if (pr.softcap > 0.0f) return "the sm90 backward has no softcap yet";
   if (deterministic && pr.dropout.threshold != 0) {
@@ -114,8 +112,8 @@ BackwardParams make_params(const detail::BackwardArgs& a, bool sm90) {
   p.dropout = pr.dropout;
 
   const bool ordered_dq = a.deterministic && sm90;
-  const bwd::WorkspaceLayout w = bwd::workspace_layout(pr.B, pr.Hq, pr.Nq, pr.Hkv, pr.Nk, pr.D,
-                                                       a.deterministic, ordered_dq);
+  const WorkspaceLayout w = workspace_layout(pr.B, pr.Hq, pr.Nq, pr.Hkv, pr.Nk, pr.D,
+                                             a.deterministic, ordered_dq);
   auto* base = static_cast<unsigned char*>(a.workspace.data);
   p.delta = reinterpret_cast<float*>(base + w.delta_offset);
   p.lse_log2 = reinterpret_cast<float*>(base + w.lse_offset);
@@ -139,7 +137,7 @@ std::string backward_unsupported_reason(const detail::Problem& p) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
     return std::string("q: the CUDA backward supports f16 and bf16, got ") + to_string(p.dtype);
   }
-  if (p.D % 8 != 0 || bwd::kernel_head_dim(p.D) == 0) {
+  if (p.D % 8 != 0 || kernel_head_dim(p.D) == 0) {
     return "q: the CUDA backward supports head dims that are multiples of 8 up to 256, got " +
            std::to_string(p.D);
   }
@@ -157,7 +155,7 @@ std::string backward_unsupported_reason(const detail::Problem& p) {
 std::size_t backward_scratch_bytes(const detail::Problem& p, bool deterministic) {
   if (p.B == 0 || p.Hq == 0) return 0;
   const bool ordered_dq = deterministic && use_sm90_backward(p, deterministic);
-  return bwd::workspace_layout(p.B, p.Hq, p.Nq, p.Hkv, p.Nk, p.D, deterministic, ordered_dq)
+  return workspace_layout(p.B, p.Hq, p.Nq, p.Hkv, p.Nk, p.D, deterministic, ordered_dq)
       .total_bytes;
 }
 

@@ -11,7 +11,7 @@
 #include "../../common/philox.hpp"
 #include "tail_split.hpp"
 
-namespace flashpp::cuda::bwd {
+namespace flashpp::cuda {
 
 struct BackwardParams {
   // Inputs and outputs in storage dtype (fp16 or bf16).
@@ -68,4 +68,4 @@ struct BackwardParams {
   CUtensorMap q_map{}, dout_map{};
 };
 
-}  // namespace flashpp::cuda::bwd
+}  // namespace flashpp::cuda

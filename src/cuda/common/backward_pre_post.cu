@@ -16,7 +16,7 @@
 #include "split_unit.cuh"
 #include "poison.cuh"
 
-namespace flashpp::cuda::bwd {
+namespace flashpp::cuda {
 namespace {
 
 // 16 bytes of storage dtype -> 8 floats.
@@ -249,4 +249,4 @@ template void launch_preprocess<__nv_bfloat16>(const BackwardParams&, cudaStream
 template void launch_postprocess<__half>(const BackwardParams&, cudaStream_t);
 template void launch_postprocess<__nv_bfloat16>(const BackwardParams&, cudaStream_t);
 
-}  // namespace flashpp::cuda::bwd
+}  // namespace flashpp::cuda

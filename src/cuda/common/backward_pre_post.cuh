@@ -12,7 +12,7 @@
 
 #include "backward_params.hpp"
 
-namespace flashpp::cuda::bwd {
+namespace flashpp::cuda {
 
 template <typename Element>
 void launch_preprocess(const BackwardParams& p, cudaStream_t stream);
@@ -20,4 +20,4 @@ void launch_preprocess(const BackwardParams& p, cudaStream_t stream);
 template <typename Element>
 void launch_postprocess(const BackwardParams& p, cudaStream_t stream);
 
-}  // namespace flashpp::cuda::bwd
+}  // namespace flashpp::cuda

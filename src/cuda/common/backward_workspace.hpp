@@ -10,7 +10,7 @@
 
 #include "tail_split.hpp"
 
-namespace flashpp::cuda::bwd {
+namespace flashpp::cuda {
 
 // The head dims that have kernel instantiations (the sm80 family has all of them, the sm90
 // family 64 and 128: families.hpp); any other multiple of 8 up to 256 runs on the next one up,
@@ -93,4 +93,4 @@ constexpr WorkspaceLayout workspace_layout(std::int64_t batch, std::int64_t q_he
   return w;
 }
 
-}  // namespace flashpp::cuda::bwd
+}  // namespace flashpp::cuda

@@ -16,7 +16,7 @@
 
 #include "backward_params.hpp"
 
-namespace flashpp::cuda::bwd {
+namespace flashpp::cuda {
 
 inline constexpr int kDqAccumBlockFloats = 16 * 8;
 
@@ -50,4 +50,4 @@ __device__ __forceinline__ void dq_accum_add_fragment(float* block, int lane, co
 #endif
 }
 
-}  // namespace flashpp::cuda::bwd
+}  // namespace flashpp::cuda

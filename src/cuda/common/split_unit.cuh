@@ -15,7 +15,7 @@
 #include "backward_workspace.hpp"
 #include "backward_params.hpp"
 
-namespace flashpp::cuda::bwd {
+namespace flashpp::cuda {
 
 // The sums of split unit `split_index`: dV at the returned pointer, dK key_rows * width after it.
 __host__ __device__ inline float* split_unit_sums(const BackwardParams& p,
@@ -68,4 +68,4 @@ __device__ void write_split_rows(const BackwardParams& p, std::int64_t split_ind
   }
 }
 
-}  // namespace flashpp::cuda::bwd
+}  // namespace flashpp::cuda

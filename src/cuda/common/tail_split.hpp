@@ -24,7 +24,7 @@
 #define FLASHPP_BWD_SPLIT_TAIL 1
 #endif
 
-namespace flashpp::cuda::bwd {
+namespace flashpp::cuda {
 
 // The workspace holds partial sums for at most this many split units (8 MB at D=64, 16 MB at
 // D=128): last waves of up to 128 blocks, i.e. GPUs of up to 256 block slots.
@@ -73,4 +73,4 @@ FLASHPP_HD StepRange piece_steps(const TailSplit& plan, const UnitPiece& piece,
   return StepRange{piece.piece * steps / plan.pieces, (piece.piece + 1) * steps / plan.pieces};
 }
 
-}  // namespace flashpp::cuda::bwd
+}  // namespace flashpp::cuda

@@ -19,27 +19,25 @@
 namespace flashpp::cuda::sm80 {
 namespace {
 
-using bwd::BackwardParams;
-
 template <typename Element, int kHeadDim>
 void run_kernels(const BackwardParams& args_params, bool deterministic, cudaStream_t stream) {
   // The main kernel's launch choices (block order, bulk copies, the split of its last wave) come
   // first: the preprocess zeroes the split units' partial sums.
-  const BackwardParams p = bwd::prepare_main<Element, kHeadDim>(args_params, deterministic);
-  bwd::launch_preprocess<Element>(p, stream);
+  const BackwardParams p = prepare_main<Element, kHeadDim>(args_params, deterministic);
+  launch_preprocess<Element>(p, stream);
   if (deterministic) {
-    bwd::launch_main<Element, kHeadDim>(p, /*accumulate_dq=*/false, stream);
-    bwd::launch_dq<Element, kHeadDim>(p, stream);
+    launch_main<Element, kHeadDim>(p, /*accumulate_dq=*/false, stream);
+    launch_dq<Element, kHeadDim>(p, stream);
     return;
   }
   // The dQ accumulator was zeroed by the preprocess (one pass instead of a separate memset).
-  bwd::launch_main<Element, kHeadDim>(p, /*accumulate_dq=*/true, stream);
-  bwd::launch_postprocess<Element>(p, stream);
+  launch_main<Element, kHeadDim>(p, /*accumulate_dq=*/true, stream);
+  launch_postprocess<Element>(p, stream);
 }
 
 template <typename Element>
 void dispatch_head_dim(const BackwardParams& p, bool deterministic, cudaStream_t stream) {
-  switch (bwd::kernel_head_dim(p.head_dim)) {
+  switch (kernel_head_dim(p.head_dim)) {
     case 32: return run_kernels<Element, 32>(p, deterministic, stream);
     case 64: return run_kernels<Element, 64>(p, deterministic, stream);
     case 96: return run_kernels<Element, 96>(p, deterministic, stream);
@@ -54,7 +52,7 @@ void dispatch_head_dim(const BackwardParams& p, bool deterministic, cudaStream_t
 
 }  // namespace
 
-void run_backward(const bwd::BackwardParams& params, const detail::BackwardArgs& args,
+void run_backward(const BackwardParams& params, const detail::BackwardArgs& args,
                   cudaStream_t stream) {
   if (args.problem.dtype == DType::f16) {
     dispatch_head_dim<__half>(params, args.deterministic, stream);

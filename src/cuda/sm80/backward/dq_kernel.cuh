@@ -22,7 +22,7 @@
 #include "../../common/tile_range.hpp"
 #include "../../common/poison.cuh"
 
-namespace flashpp::cuda::bwd {
+namespace flashpp::cuda::sm80 {
 
 template <typename Element, int kHeadDim>
 struct DqKernelShape {
@@ -220,4 +220,4 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
   }
 }
 
-}  // namespace flashpp::cuda::bwd
+}  // namespace flashpp::cuda::sm80

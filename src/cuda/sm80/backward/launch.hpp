@@ -7,7 +7,7 @@
 
 #include "../../common/backward_params.hpp"
 
-namespace flashpp::cuda::bwd {
+namespace flashpp::cuda::sm80 {
 
 // p with the main kernel's launch choices filled in: block order (heads_per_group), bulk copies
 // (use_tma and the tensor maps) and the split of its last wave (split; none when deterministic).
@@ -23,4 +23,4 @@ void launch_main(const BackwardParams& p, bool accumulate_dq, cudaStream_t strea
 template <typename Element, int kHeadDim>
 void launch_dq(const BackwardParams& p, cudaStream_t stream);
 
-}  // namespace flashpp::cuda::bwd
+}  // namespace flashpp::cuda::sm80

@@ -12,7 +12,7 @@
 #include "launch.hpp"
 #include "main_kernel.cuh"
 
-namespace flashpp::cuda::bwd {
+namespace flashpp::cuda::sm80 {
 
 // The main kernel's instantiation for p: kExtras (softcap, dropout) or the plain one.
 template <typename Element, int kHeadDim>
@@ -115,4 +115,4 @@ void launch_dq(const BackwardParams& p, cudaStream_t stream) {
   check_launch("backward dq kernel launch");
 }
 
-}  // namespace flashpp::cuda::bwd
+}  // namespace flashpp::cuda::sm80

@@ -45,7 +45,7 @@
 #include "../../common/tile_range.hpp"
 #include "../../common/poison.cuh"
 
-namespace flashpp::cuda::bwd {
+namespace flashpp::cuda::sm80 {
 
 // 16-row tiles per warp in step D where the shape allows 2 (tuning knob; docs/perf-notes.md).
 #ifndef FLASHPP_BWD_DQ_ROW_TILES
@@ -546,4 +546,4 @@ __global__ void __launch_bounds__(MainKernelShape<Element, kHeadDim>::kThreads,
   }
 }
 
-}  // namespace flashpp::cuda::bwd
+}  // namespace flashpp::cuda::sm80

@@ -12,7 +12,7 @@
 #include "../../common/math.cuh"
 #include "../../common/backward_params.hpp"
 
-namespace flashpp::cuda::bwd {
+namespace flashpp::cuda::sm80 {
 
 struct ScoreGradient {
   float p_dropped;  // P~: what dV = P~^T dO uses
@@ -133,4 +133,4 @@ __device__ __forceinline__ auto dropout_keep_bits(const BackwardParams& p, std::
   return bits;
 }
 
-}  // namespace flashpp::cuda::bwd
+}  // namespace flashpp::cuda::sm80

@@ -4,7 +4,7 @@
 
 #include "../../common/backward_workspace.hpp"
 
-namespace flashpp::cuda::bwd {
+namespace flashpp::cuda::sm80 {
 
 // Main kernel (one block per key tile): kKeyRows keys stay in shared memory while the block
 // walks query tiles of kQueryRows rows, two stages deep. Every warp owns 16 keys in the S^T and
@@ -48,4 +48,4 @@ struct DqTile {
   static constexpr int kKeyRows = kHeadDim <= 128 ? 64 : 32;
 };
 
-}  // namespace flashpp::cuda::bwd
+}  // namespace flashpp::cuda::sm80

@@ -7,7 +7,7 @@
 #include "../../ptx/cp_async.cuh"
 #include "../../common/tile_copy.cuh"
 
-namespace flashpp::cuda::bwd {
+namespace flashpp::cuda::sm80 {
 
 // Copies rows [row0, row0 + Tile rows) of a [N, D] slice (rows `row_stride` elements apart,
 // columns contiguous) into a swizzled tile. Rows at or past `row_limit` and columns at or past
@@ -40,4 +40,4 @@ __device__ __forceinline__ void load_floats_async(float* dst, const float* src, 
   }
 }
 
-}  // namespace flashpp::cuda::bwd
+}  // namespace flashpp::cuda::sm80
