@@ -2,8 +2,10 @@
 # A GPU-free check that a refactor left the kernels alone: dump the SASS of every CUDA object of a
 # build, then compare two dumps. Instructions must match; the lines that name a kernel
 # ("Function :", whose anonymous-namespace hash follows the file's contents) or its source file
-# ("identifier =") are left out. Objects are named by their path under src/cuda; the instance
-# renames of session 11 are mapped (sm80 fwd_hdim -> instances/fwd_d, main_/dq_ -> bwd_main_/bwd_dq_).
+# ("identifier =") are left out. Objects are named by their path under src/cuda; earlier names
+# are mapped: the instance renames of session 11 (sm80 fwd_hdim -> instances/fwd_d, main_/dq_ ->
+# bwd_main_/bwd_dq_) and issue 13's backward moves (backward/ -> sm80/backward/, backward/pre_post
+# -> common/backward_pre_post, backward/run_backward -> backward_dispatch).
 #
 #   tools/sass_snapshot.sh dump BUILD_DIR OUT_DIR     e.g. before and after a change
 #   tools/sass_snapshot.sh compare BEFORE_DIR AFTER_DIR
@@ -25,16 +27,25 @@ case "${1:-}" in
     echo "sass_snapshot: $n objects dumped to $3"
     ;;
   compare)
-    same=0 differ=0 missing=0
+    same=0 differ=0 missing=0 gone=0
+    declare -A matched=()
     for f in "$3"/*.sass; do
       b=$(basename "$f")
-      old=$(echo "$b" | sed -E 's/^sm80__forward__instances__fwd_d/sm80__forward__fwd_hdim/;
+      moved=$(echo "$b" | sed -E 's/^sm80__backward__/backward__/; s/^common__backward_pre_post/backward__pre_post/;
+        s/^backward_dispatch\./backward__run_backward./')
+      old=$(echo "$moved" | sed -E 's/^sm80__forward__instances__fwd_d/sm80__forward__fwd_hdim/;
         s/__bwd_(main|dq)_(d[0-9]+)_fp16/__\1_\2_f16/; s/__bwd_(main|dq)_/__\1_/')
-      if [ -f "$2/$b" ]; then ref="$2/$b"; elif [ -f "$2/$old" ]; then ref="$2/$old"; else missing=$((missing + 1)); echo "new: $b"; continue; fi
+      ref=""
+      for cand in "$b" "$moved" "$old"; do [ -f "$2/$cand" ] && { ref="$2/$cand"; break; }; done
+      if [ -z "$ref" ]; then missing=$((missing + 1)); echo "new: $b"; continue; fi
+      matched[$(basename "$ref")]=1
       if cmp -s "$ref" "$f"; then same=$((same + 1)); else differ=$((differ + 1)); echo "DIFFERS: $b"; fi
     done
-    echo "sass_snapshot: $same identical, $differ differ, $missing without a counterpart"
+    for f in "$2"/*.sass; do
+      [ -n "${matched[$(basename "$f")]:-}" ] || { gone=$((gone + 1)); echo "gone: $(basename "$f")"; }
+    done
+    echo "sass_snapshot: $same identical, $differ differ, $missing without a counterpart, $gone gone"
     [ "$differ" = 0 ]
     ;;
-  *) sed -n '2,12p' "$0"; exit 2 ;;
+  *) sed -n '2,13p' "$0"; exit 2 ;;
 esac

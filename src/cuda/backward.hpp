@@ -1,5 +1,7 @@
 // The CUDA backward, as called by src/cuda's entry points (backend.cpp). Implemented in
-// src/cuda/backward/ (preprocess D = rowsum(dO*O), the main kernel per K/V tile, dQ postprocess).
+// backward_dispatch.cu (which family runs, the workspace) and the families' kernels:
+// src/cuda/sm80/backward/ and src/cuda/sm90/backward/, around the shared preprocess D = rowsum(dO*O)
+// and dQ postprocess (common/backward_pre_post.cu).
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
 // The CUDA backend's kernel families, as the dispatchers (forward_dispatch.cpp,
-// backward/run_backward.cu) see them:
+// backward_dispatch.cu) see them:
 //   sm80  the portable FlashAttention-2 design on mma.sync and cp.async (sm_80 and later);
 //   sm90  the Hopper design on wgmma, TMA and warp specialisation (sm_90a builds, on compute
 //         capability 9.0 devices).
@@ -31,13 +31,14 @@ std::string requested_family();
 // Why the sm90 family cannot run on `device` in this build (empty when it can).
 std::string sm90_unavailable_reason(int device);
 
-namespace bwd {
-struct BackwardParams;
-}
+struct BackwardParams;  // common/backward_params.hpp
 
 namespace sm80 {
 inline constexpr int kForwardHeadDims[] = {32, 64, 96, 128, 192, 256};
 void run_forward(const ForwardParams& params, const detail::Problem& problem, cudaStream_t stream);
+// The backward: every kernel head dim of common/backward_workspace.hpp (sm80/backward/).
+void run_backward(const BackwardParams& params, const detail::BackwardArgs& args,
+                  cudaStream_t stream);
 }  // namespace sm80
 
 namespace sm90 {
@@ -47,9 +48,9 @@ void run_forward(const ForwardParams& params, const detail::ForwardArgs& args, c
 inline constexpr int kFp8ForwardHeadDims[] = {64, 128, 256};
 void run_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& args,
                      cudaStream_t stream);
-// The backward's head dims (kernel head dims of src/cuda/backward/config.hpp it instantiates).
+// The backward's head dims (kernel head dims of common/backward_workspace.hpp it instantiates).
 inline constexpr int kBackwardHeadDims[] = {64, 128};
-void run_backward(const bwd::BackwardParams& params, const detail::BackwardArgs& args,
+void run_backward(const BackwardParams& params, const detail::BackwardArgs& args,
                   cudaStream_t stream);
 }  // namespace sm90
 

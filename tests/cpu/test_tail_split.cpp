@@ -1,21 +1,21 @@
-// The split of the backward main kernel's last wave (src/cuda/backward/tail_split.hpp): plain
+// The split of the backward main kernel's last wave (src/cuda/common/tail_split.hpp): plain
 // integer arithmetic, so it is checked here on the CPU, where CI runs.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <vector>
 
-#include "cuda/backward/tail_split.hpp"
+#include "cuda/common/tail_split.hpp"
 
 namespace {
 
-using flashpp::cuda::bwd::kMaxSplitUnits;
-using flashpp::cuda::bwd::piece_steps;
-using flashpp::cuda::bwd::plan_tail_split;
-using flashpp::cuda::bwd::StepRange;
-using flashpp::cuda::bwd::TailSplit;
-using flashpp::cuda::bwd::unit_piece;
-using flashpp::cuda::bwd::UnitPiece;
+using flashpp::cuda::kMaxSplitUnits;
+using flashpp::cuda::piece_steps;
+using flashpp::cuda::plan_tail_split;
+using flashpp::cuda::StepRange;
+using flashpp::cuda::TailSplit;
+using flashpp::cuda::unit_piece;
+using flashpp::cuda::UnitPiece;
 
 // Every step of every unit is walked by exactly one block, and the blocks of a split unit are
 // consecutive and non-empty.

@@ -18,7 +18,7 @@ struct ForwardParams {
   float* lse = nullptr;  // nullptr: lse not requested
 
   // Element strides of [B, N, H, *] (the last dimension is contiguous) and of lse [B, H, N]
-  // (the names are the backward's: backward/params.hpp).
+  // (the names are the backward's: backward_params.hpp).
   RowStrides q_strides, k_strides, v_strides, o_strides;
   std::int64_t lse_stride_batch = 0, lse_stride_head = 0, lse_stride_row = 0;
 

@@ -1,6 +1,6 @@
 // Element strides of a [B, N, H, *] view (the last dimension is contiguous), as every CUDA
 // kernel's parameters hold them: forward (common/forward_params.hpp) and backward
-// (backward/params.hpp) alike.
+// (common/backward_params.hpp) alike.
 #pragma once
 
 #include <cstdint>

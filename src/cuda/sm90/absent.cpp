@@ -12,7 +12,7 @@ void run_forward_fp8(const ForwardParams&, const detail::ForwardArgs&, cudaStrea
   throw Error(ErrorCode::internal, "the sm90 FP8 forward was called in a build without sm_90a");
 }
 
-void run_backward(const bwd::BackwardParams&, const detail::BackwardArgs&, cudaStream_t) {
+void run_backward(const BackwardParams&, const detail::BackwardArgs&, cudaStream_t) {
   throw Error(ErrorCode::internal, "the sm90 backward was called in a build without sm_90a");
 }
 

@@ -3,22 +3,22 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "../../backward/config.hpp"
-#include "../../backward/params.hpp"
+#include "../../common/backward_workspace.hpp"
+#include "../../common/backward_params.hpp"
 #include "../../families.hpp"
 
 namespace flashpp::cuda::sm90 {
 
 template <typename Element, int kHeadDim>
-void run_backward_for(const bwd::BackwardParams& params, const detail::BackwardArgs& args,
+void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& args,
                       cudaStream_t stream);
 
 namespace {
 
 template <typename Element>
-void run_for_head_dim(const bwd::BackwardParams& params, const detail::BackwardArgs& args,
+void run_for_head_dim(const BackwardParams& params, const detail::BackwardArgs& args,
                       cudaStream_t stream) {
-  switch (bwd::kernel_head_dim(params.head_dim)) {
+  switch (kernel_head_dim(params.head_dim)) {
     case 64: return run_backward_for<Element, 64>(params, args, stream);
     case 128: return run_backward_for<Element, 128>(params, args, stream);
     default: throw Error(ErrorCode::internal, "sm90 backward: no instantiation for this head dim");
@@ -27,7 +27,7 @@ void run_for_head_dim(const bwd::BackwardParams& params, const detail::BackwardA
 
 }  // namespace
 
-void run_backward(const bwd::BackwardParams& params, const detail::BackwardArgs& args,
+void run_backward(const BackwardParams& params, const detail::BackwardArgs& args,
                   cudaStream_t stream) {
   if (args.problem.dtype == DType::f16) {
     run_for_head_dim<__half>(params, args, stream);

@@ -35,8 +35,8 @@
 
 #include <cstdint>
 
-#include "../../backward/dq_accum.cuh"
-#include "../../backward/params.hpp"
+#include "../../common/dq_accum.cuh"
+#include "../../common/backward_params.hpp"
 #include "../../common/block_order.cuh"
 #include "../../common/dropout_signs.cuh"
 #include "../../common/math.cuh"
@@ -60,7 +60,7 @@ namespace flashpp::cuda::sm90 {
 #endif
 
 struct Sm90BackwardParams {
-  bwd::BackwardParams args;
+  BackwardParams args;
   CUtensorMap q_map, k_map, v_map, dout_map;
 };
 
@@ -140,7 +140,7 @@ struct BackwardTile {
 };
 
 template <typename Traits>
-__device__ __forceinline__ BackwardTile backward_tile(const bwd::BackwardParams& p) {
+__device__ __forceinline__ BackwardTile backward_tile(const BackwardParams& p) {
   const std::int64_t n_blocks = gridDim.x;
   // The first key tiles are seen by the most queries under a causal mask: they start first.
   const BlockItem item = block_item(static_cast<std::int64_t>(blockIdx.y) * n_blocks + blockIdx.x,
@@ -173,7 +173,7 @@ struct BackwardStep {
 
 // In the deterministic mode the block walks its steps last first (see the top of this file).
 template <typename Traits>
-__device__ __forceinline__ BackwardStep backward_step(const bwd::BackwardParams& p,
+__device__ __forceinline__ BackwardStep backward_step(const BackwardParams& p,
                                                       const BackwardTile& t, int step) {
   if constexpr (Traits::kDeterministic) step = t.steps - 1 - step;
   const std::int64_t tiles = t.m_end - t.m_begin;
@@ -185,7 +185,7 @@ __device__ __forceinline__ BackwardStep backward_step(const bwd::BackwardParams&
 // a run of consecutive key tiles starting at the one holding the tile's first visible key), in
 // counter units (each consumer passes the turn once per step).
 template <typename Traits>
-__device__ __forceinline__ int dq_turn(const bwd::BackwardParams& p, const BackwardTile& t,
+__device__ __forceinline__ int dq_turn(const BackwardParams& p, const BackwardTile& t,
                                        const BackwardStep& st) {
   const std::int64_t first_tile = p.mask.first_key(st.m0) / Traits::kBlockN;
   return static_cast<int>(t.n0 / Traits::kBlockN - first_tile) * Traits::kConsumers;
@@ -203,7 +203,7 @@ template <typename Traits>
 __device__ __forceinline__ void load_backward_tiles(const Sm90BackwardParams& params,
                                                     const BackwardShared<Traits>& smem,
                                                     const BackwardTile& tile) {
-  const bwd::BackwardParams& p = params.args;
+  const BackwardParams& p = params.args;
   const int b = static_cast<int>(tile.b), h_kv = static_cast<int>(tile.h_kv);
   mbarrier_expect_bytes(smem.kv_full(), 2 * Traits::KTile::kBytes);
 #pragma unroll
@@ -294,7 +294,7 @@ __device__ __forceinline__ void issue_query_gradient(float (&acc)[Traits::kDqTil
 // 16-query block's words.
 template <typename Traits>
 __device__ __forceinline__ void dropout_factors(float (&factor)[Traits::kQTiles][4],
-                                                const bwd::BackwardParams& p, std::uint32_t bh,
+                                                const BackwardParams& p, std::uint32_t bh,
                                                 std::int64_t m0, std::int64_t key0, int g, int t) {
   static_assert(Traits::kQTiles % 4 == 0, "query tiles of a multiple of 32 queries");
   const bool odd = (g & 1) != 0;
@@ -333,7 +333,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
                                                   const BackwardShared<Traits>& smem,
                                                   const BackwardTile& tile, int consumer) {
   using Element = typename Traits::Element;
-  const bwd::BackwardParams& p = params.args;
+  const BackwardParams& p = params.args;
   const int lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
   const int g = lane >> 2, t = lane & 3;
   // dS^T complete: this consumer's (own dQ part) or every consumer's (block dQ) before the product.
@@ -439,7 +439,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     __syncwarp();
     if (lane == 0) ptx::mbarrier_arrive(smem.step_empty(s));
 
-    // dQ += into the fragment-ordered float32 accumulator (backward/dq_accum.cuh, shared with
+    // dQ += into the fragment-ordered float32 accumulator (common/dq_accum.cuh, shared with
     // the sm80 family and its postprocess): one 16-byte red per fragment, no barrier. (A staging
     // tile with one bulk reduce-add per step measured 10-25% slower: perf-notes.)
     const std::int64_t bh = tile.b * p.q_heads + st.h;
@@ -452,8 +452,8 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     }
 #pragma unroll
     for (int dt = 0; dt < Traits::kDqTiles; ++dt) {
-      bwd::dq_accum_add_fragment(bwd::dq_accum_block(p, bh, row_block, dt0 + dt, p.accum_width),
-                                 lane, dq[dt]);
+      dq_accum_add_fragment(dq_accum_block(p, bh, row_block, dt0 + dt, p.accum_width), lane,
+                            dq[dt]);
     }
     if constexpr (Traits::kDeterministic) {
       ptx::named_barrier_sync(turn_barrier, 128);  // every thread's additions, then the release

@@ -1,7 +1,7 @@
 // Launches one instantiation (element type x head dim) of the sm90 backward: preprocess (shared
 // with the sm80 family: delta, lse in log2 units, the dQ accumulator zeroed), the main kernel
 // (tensor maps, grid of key tiles x batch*kv heads, longest first under a mask), and the dQ
-// postprocess (also the sm80 family's: the accumulator is fragment-ordered, backward/dq_accum.cuh).
+// postprocess (also the sm80 family's: the accumulator is fragment-ordered, common/dq_accum.cuh).
 // Each instances/bwd_*.cu file instantiates run_backward_for for one (Element, kHeadDim).
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <algorithm>
 
 #include "../../../api/problem.hpp"
-#include "../../backward/pre_post.cuh"
+#include "../../common/backward_pre_post.cuh"
 #include "../../common/check_cuda.hpp"
 #include "../../common/tensor_map.hpp"
 #include "kernel.cuh"
@@ -19,7 +19,7 @@
 namespace flashpp::cuda::sm90 {
 
 template <typename Element, int kHeadDim>
-void run_backward_for(const bwd::BackwardParams& params, const detail::BackwardArgs& args,
+void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& args,
                       cudaStream_t stream);
 
 inline void make_backward_map(CUtensorMap* map, const TensorView& t, DType dtype, int rows,
@@ -34,7 +34,7 @@ inline void make_backward_map(CUtensorMap* map, const TensorView& t, DType dtype
 // The kernel parameters with the tensor maps of q, dout, k, v (the same for every variant of
 // an (Element, head dim): the maps depend on the block sizes only).
 template <typename Traits>
-Sm90BackwardParams with_tensor_maps(const bwd::BackwardParams& params,
+Sm90BackwardParams with_tensor_maps(const BackwardParams& params,
                                     const detail::BackwardArgs& args) {
   Sm90BackwardParams p{};
   p.args = params;
@@ -51,7 +51,7 @@ Sm90BackwardParams with_tensor_maps(const bwd::BackwardParams& params,
 // The main kernel of Traits over every (key tile, batch * kv head).
 template <typename Traits>
 void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
-  const bwd::BackwardParams& params = p.args;
+  const BackwardParams& params = p.args;
   auto kernel = flash_bwd_sm90_kernel<Traits>;
   constexpr int kSmem = Traits::kSmemBytes;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
@@ -72,7 +72,7 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
 }
 
 template <typename Element, int kHeadDim>
-void run_backward_for(const bwd::BackwardParams& params, const detail::BackwardArgs& args,
+void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& args,
                       cudaStream_t stream) {
   if (params.accum_width != kHeadDim) {
     throw Error(ErrorCode::internal, "sm90 backward: dQ accumulator width differs from the head dim");
@@ -89,7 +89,7 @@ void run_backward_for(const bwd::BackwardParams& params, const detail::BackwardA
   // between them on a small problem.
   Sm90BackwardParams p{};
   if (params.k_len > 0) p = with_tensor_maps<Sm90BackwardTraits<Element, kHeadDim>>(params, args);
-  bwd::launch_preprocess<Element>(params, stream);
+  launch_preprocess<Element>(params, stream);
   // With keys but no queries the kernel still runs: it loads nothing and writes dK = dV = 0.
   if (params.k_len > 0) {
     if (args.deterministic) {
@@ -104,7 +104,7 @@ void run_backward_for(const bwd::BackwardParams& params, const detail::BackwardA
       launch_main<Sm90BackwardTraits<Element, kHeadDim, false>>(p, stream);
     }
   }
-  bwd::launch_postprocess<Element>(params, stream);
+  launch_postprocess<Element>(params, stream);
 }
 
 }  // namespace flashpp::cuda::sm90

@@ -2,6 +2,6 @@
 #include "../launch.cuh"
 
 namespace flashpp::cuda::sm90 {
-template void run_backward_for<__half, 128>(const bwd::BackwardParams&, const detail::BackwardArgs&,
+template void run_backward_for<__half, 128>(const BackwardParams&, const detail::BackwardArgs&,
                                            cudaStream_t);
 }  // namespace flashpp::cuda::sm90

@@ -1,0 +1,76 @@
+// Splitting the last, partial wave of the backward's main kernel (stream-K style).
+//
+// Without a mask every (key tile, kv head, batch) unit walks the same number of query steps, so
+// the grid runs in waves of `slots` blocks (SMs x blocks per SM). B=4, H=32, N=4096 at 128-key
+// tiles is 4096 units on 132 SMs: 31 full waves and a 32nd of 4 blocks, during which 128 SMs
+// idle for a whole unit's time (3% of the kernel). Here the units of such a small last wave are
+// each cut into `pieces` blocks that walk consecutive ranges of the unit's steps. Each piece adds
+// its dV and scale * dK into float32 sums of its unit (workspace, zeroed by the preprocess) with
+// atomics, and the postprocess, which runs after the main kernel anyway, writes the sums out
+// (split_unit.cuh). The same rule splits grids of fewer units than half a wave (a single long
+// sequence), which otherwise leave most SMs idle throughout.
+//
+// Not used where the order of float additions must not vary (deterministic mode) or where units
+// cost different amounts (masks: the longest-first order of block_order.cuh handles those).
+// Plain C++ (host and device): tests/cpu/test_tail_split.cpp checks the plan and the mapping.
+#pragma once
+
+#include <cstdint>
+
+#include "../../common/host_device.hpp"
+
+// FLASHPP_BWD_SPLIT_TAIL=0 (compile definition) launches every unit whole (for comparisons).
+#ifndef FLASHPP_BWD_SPLIT_TAIL
+#define FLASHPP_BWD_SPLIT_TAIL 1
+#endif
+
+namespace flashpp::cuda {
+
+// The workspace holds partial sums for at most this many split units (8 MB at D=64, 16 MB at
+// D=128): last waves of up to 128 blocks, i.e. GPUs of up to 256 block slots.
+inline constexpr std::int64_t kMaxSplitUnits = 128;
+
+struct TailSplit {
+  std::int64_t whole_units = 0;  // units [0, whole_units): one block each, in launch order
+  std::int64_t split_units = 0;  // the units after them: `pieces` blocks each
+  std::int64_t pieces = 1;
+
+  FLASHPP_HD std::int64_t blocks() const { return whole_units + split_units * pieces; }
+};
+
+// `units` items of `steps` steps each on a GPU that holds `slots` blocks at once. A last wave of
+// at most half the slots is split into as many pieces as fill the slots (at most one per step).
+inline TailSplit plan_tail_split(std::int64_t units, std::int64_t steps, std::int64_t slots,
+                                 bool allowed) {
+  TailSplit plan{units, 0, 1};
+  if (!allowed || units <= 0 || steps < 2 || slots < 2) return plan;
+  const std::int64_t last_wave = units % slots;
+  if (last_wave == 0 || 2 * last_wave > slots || last_wave > kMaxSplitUnits) return plan;
+  const std::int64_t pieces = slots / last_wave < steps ? slots / last_wave : steps;
+  return TailSplit{units - last_wave, last_wave, pieces};
+}
+
+// What block `linear` of the launch does: a whole unit, or piece `piece` of a split unit.
+struct UnitPiece {
+  std::int64_t unit;         // linear unit index (block_order.cuh maps it to tile and head)
+  std::int64_t split_index;  // -1 for a whole unit, else 0 .. split_units - 1
+  std::int64_t piece;        // 0 .. pieces - 1 (0 for a whole unit)
+};
+
+FLASHPP_HD UnitPiece unit_piece(const TailSplit& plan, std::int64_t linear) {
+  if (linear < plan.whole_units) return UnitPiece{linear, -1, 0};
+  const std::int64_t rest = linear - plan.whole_units;
+  return UnitPiece{plan.whole_units + rest / plan.pieces, rest / plan.pieces, rest % plan.pieces};
+}
+
+// The steps [begin, end) of a unit's `steps` that the piece walks.
+struct StepRange {
+  std::int64_t begin, end;
+};
+FLASHPP_HD StepRange piece_steps(const TailSplit& plan, const UnitPiece& piece,
+                                 std::int64_t steps) {
+  if (piece.split_index < 0) return StepRange{0, steps};
+  return StepRange{piece.piece * steps / plan.pieces, (piece.piece + 1) * steps / plan.pieces};
+}
+
+}  // namespace flashpp::cuda
