@@ -1,6 +1,6 @@
 // The CUDA backend's entry points (cuda_backend.hpp): capability checks, workspace sizes, and
 // forward/backward dispatch with the device set to the tensors' device. The kernels themselves
-// live behind forward.hpp (src/cuda/sm80/forward/) and backward.hpp (src/cuda/backward/).
+// live behind forward.hpp and backward.hpp, in the family folders (src/cuda/sm80/, src/cuda/sm90/).
 #include <cuda_runtime.h>
 
 #include <atomic>

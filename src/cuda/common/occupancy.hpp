@@ -34,23 +34,4 @@ std::int64_t cached_resident_blocks(Kernel kernel, int threads, int dynamic_smem
   return count;
 }
 
-// The kernel's opt-in to `bytes` of dynamic shared memory, made once per (kernel, device, bytes):
-// a launch then costs no cudaFuncSetAttribute call (about a microsecond of host time each).
-template <typename Kernel>
-void ensure_dynamic_smem(Kernel kernel, int bytes, const char* what) {
-  using Key = std::tuple<const void*, int, int>;
-  static std::mutex mutex;
-  static std::map<Key, bool> done;
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  const Key key{reinterpret_cast<const void*>(kernel), device, bytes};
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (done.count(key) != 0) return;
-  }
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), what);
-  const std::lock_guard<std::mutex> lock(mutex);
-  done.emplace(key, true);
-}
-
 }  // namespace flashpp::cuda
