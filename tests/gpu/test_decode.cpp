@@ -280,56 +280,52 @@ TEST_P(DecodeSplits, ForcedSplitCountsMatchOracle) {
 INSTANTIATE_TEST_SUITE_P(Cases, DecodeSplits, ::testing::ValuesIn(splits_params()),
                          [](const auto& info) { return info.param.name; });
 
+// A contiguous cache of one sequence (B = 1, no block table) on the GPU, for the workspace
+// queries below; `cache` views the mirrors, which live as long as this object.
+struct DeviceKvCase {
+  Mirror q, k, v, seqlens;
+  KvCache cache;
+};
+DeviceKvCase one_sequence_case(std::int64_t Hq, std::int64_t Hkv, std::int64_t D, DType dtype,
+                               std::int64_t capacity, std::int32_t seqlen) {
+  test::KvCaseSpec s;
+  s.B = 1;
+  s.Hq = Hq;
+  s.Hkv = Hkv;
+  s.D = D;
+  s.dtype = dtype;
+  s.capacity = capacity;
+  s.seqlens = {seqlen};
+  const test::KvCaseData c = test::make_kv_case(s);
+  DeviceKvCase d{mirror(c.q), mirror(c.k_cache), mirror(c.v_cache), mirror_indices(c.seqlens), {}};
+  d.cache.k_cache = d.k.view;
+  d.cache.v_cache = d.v.view;
+  d.cache.cache_seqlens = d.seqlens.view;
+  return d;
+}
+
 // Knob values outside what the variant and split knobs take are refused with their name.
 TEST(DecodeSplits, BadKnobValuesAreRefused) {
   FLASHPP_SKIP_WITHOUT_GPU();
-  test::KvCaseSpec s;
-  s.B = 1;
-  s.Hq = 4;
-  s.Hkv = 1;
-  s.D = 64;
-  s.dtype = DType::f16;
-  s.capacity = 64;
-  s.seqlens = {40};
-  test::KvCaseData c = test::make_kv_case(s);
-  Mirror q = mirror(c.q), kc = mirror(c.k_cache), vc = mirror(c.v_cache);
-  Mirror sl = mirror_indices(c.seqlens);
-  KvCache cache;
-  cache.k_cache = kc.view;
-  cache.v_cache = vc.view;
-  cache.cache_seqlens = sl.view;
+  const DeviceKvCase d = one_sequence_case(4, 1, 64, DType::f16, 64, 40);
   for (const char* bad : {"0", "129", "x"}) {
     ScopedEnv e("FLASHPP_DECODE_SPLITS", bad);
-    EXPECT_THROW(flashpp::forward_kvcache_workspace_size(q.view, cache, Options{}), Error) << bad;
+    EXPECT_THROW(flashpp::forward_kvcache_workspace_size(d.q.view, d.cache, Options{}), Error) << bad;
   }
   ScopedEnv v("FLASHPP_DECODE_VARIANT", "fast");
-  EXPECT_THROW(flashpp::forward_kvcache_workspace_size(q.view, cache, Options{}), Error);
+  EXPECT_THROW(flashpp::forward_kvcache_workspace_size(d.q.view, d.cache, Options{}), Error);
 }
 
 // The workspace is sized for either variant, so that switching FLASHPP_DECODE_VARIANT between
 // calls (with a size cached per shape, as the Python wrapper does) always finds it big enough.
 TEST(DecodeSplits, WorkspaceSizeIsTheSameForBothVariants) {
   FLASHPP_SKIP_WITHOUT_GPU();
-  test::KvCaseSpec s;
-  s.B = 1;
-  s.Hq = 32;
-  s.Hkv = 8;
-  s.D = 128;
-  s.dtype = DType::bf16;
-  s.capacity = 4096;
-  s.seqlens = {4096};
-  test::KvCaseData c = test::make_kv_case(s);
-  Mirror q = mirror(c.q), kc = mirror(c.k_cache), vc = mirror(c.v_cache);
-  Mirror sl = mirror_indices(c.seqlens);
-  KvCache cache;
-  cache.k_cache = kc.view;
-  cache.v_cache = vc.view;
-  cache.cache_seqlens = sl.view;
+  const DeviceKvCase d = one_sequence_case(32, 8, 128, DType::bf16, 4096, 4096);
   std::size_t sizes[2];
   int n = 0;
   for (const char* variant : {"default", "legacy"}) {
     ScopedEnv v("FLASHPP_DECODE_VARIANT", variant);
-    sizes[n++] = flashpp::forward_kvcache_workspace_size(q.view, cache, Options{});
+    sizes[n++] = flashpp::forward_kvcache_workspace_size(d.q.view, d.cache, Options{});
   }
   EXPECT_EQ(sizes[0], sizes[1]);
   EXPECT_GT(sizes[0], 0u);  // B = 1 over 4096 keys splits on any GPU of fewer than 4096 SMs
