@@ -74,10 +74,16 @@ void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
   const bool persistent = grid_kind == ForwardGrid::walk_persistent;
   const std::int64_t slots =
       ordered || persistent ? cached_resident_blocks(kernel, threads, smem_bytes) : 0;
-  constexpr std::int64_t kMaxGridY = 65535;
-  for (std::int64_t first = 0; first < batch_heads; first += kMaxGridY) {
+  // Heads per launch: the grid's y limit, and for a one-dimensional grid of one block per item
+  // at most 2^31 - 1 items (the grid's x limit).
+  constexpr std::int64_t kMaxGridY = 65535, kMaxGridX = 2147483647;
+  const std::int64_t max_heads =
+      grid_kind == ForwardGrid::walk_one_per_item && m_blocks > 0
+          ? std::max<std::int64_t>(1, std::min(kMaxGridY, kMaxGridX / m_blocks))
+          : kMaxGridY;
+  for (std::int64_t first = 0; first < batch_heads; first += max_heads) {
     p.args.bh_offset = first;
-    const std::int64_t heads = std::min(kMaxGridY, batch_heads - first);
+    const std::int64_t heads = std::min(max_heads, batch_heads - first);
     p.args.heads_per_group = ordered ? heads_per_group(true, m_blocks, heads, slots) : 1;
     p.q_tiles = m_blocks;
     p.heads = heads;
@@ -107,9 +113,18 @@ void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args
 
   const bool extras = params.softcap > 0.0f || params.dropout.threshold != 0;
   auto kernel = extras ? flash_fwd_sm90_kernel<Traits, true> : flash_fwd_sm90_kernel<Traits, false>;
-  launch_query_tiles(kernel, Traits::kThreads, Traits::kSmemBytes, Traits::kBlockM, p,
-                     args.problem.B * args.problem.Hq, stream, "sm90 forward kernel launch",
-                     walk_grid(params.mask.active()));
+  // A persistent block counts the K/V tiles it has loaded in 32 bits (the ring position): where
+  // all the K/V tiles of a launch could reach 2^31 (sequences of about a million keys and more),
+  // one block per item instead (the gain of the persistent grid is nil at such lengths anyway).
+  const std::int64_t batch_heads = args.problem.B * args.problem.Hq;
+  const std::int64_t all_kv_tiles = (params.q_len + Traits::kBlockM - 1) / Traits::kBlockM *
+                                    std::min<std::int64_t>(batch_heads, 65535) *
+                                    ((params.k_len + Traits::kBlockN - 1) / Traits::kBlockN);
+  const ForwardGrid grid = all_kv_tiles < (std::int64_t{1} << 31)
+                               ? walk_grid(params.mask.active())
+                               : ForwardGrid::walk_one_per_item;
+  launch_query_tiles(kernel, Traits::kThreads, Traits::kSmemBytes, Traits::kBlockM, p, batch_heads,
+                     stream, "sm90 forward kernel launch", grid);
 }
 
 }  // namespace flashpp::cuda::sm90
