@@ -183,6 +183,26 @@ void copy_strides(std::int64_t (&dst)[3], const TensorView& t) {
   for (int i = 0; i < 3; ++i) dst[i] = t.strides[i];
 }
 
+// The cache's addressing (K/V views, lengths, block table, page geometry), which the append and
+// the decode kernels' parameters both carry under the same names.
+template <typename Params>
+void fill_cache_addressing(Params& p, const KvCacheArgs& a) {
+  p.k = a.k_cache.data;
+  p.v = a.v_cache.data;
+  copy_strides(p.k_stride, a.k_cache);
+  copy_strides(p.v_stride, a.v_cache);
+  p.seqlens = static_cast<const std::int32_t*>(a.cache_seqlens.data);
+  p.seqlens_stride = a.cache_seqlens.strides[0];
+  if (a.paged) {
+    p.block_table = static_cast<const std::int32_t*>(a.block_table.data);
+    p.table_stride[0] = a.block_table.strides[0];
+    p.table_stride[1] = a.block_table.strides[1];
+  }
+  p.page_size = static_cast<int>(a.page_size);
+  p.num_pages = static_cast<int>(a.num_pages);
+  p.capacity = static_cast<int>(a.page_size * a.max_pages);
+}
+
 }  // namespace
 
 std::string decode_unsupported_reason(const KvCacheArgs& a) {
@@ -226,27 +246,13 @@ std::size_t decode_workspace_bytes(const KvCacheArgs& a) {
 void run_decode(const KvCacheArgs& a) {
   const detail::Problem& pr = a.problem;
   const auto stream = static_cast<cudaStream_t>(a.stream);
-  const std::int64_t capacity = a.page_size * a.max_pages;
   if (a.Nnew > 0) {
     decode::AppendParams ap;
     ap.k_new = a.k_new.data;
     ap.v_new = a.v_new.data;
     copy_strides(ap.k_new_stride, a.k_new);
     copy_strides(ap.v_new_stride, a.v_new);
-    ap.k = a.k_cache.data;
-    ap.v = a.v_cache.data;
-    copy_strides(ap.k_stride, a.k_cache);
-    copy_strides(ap.v_stride, a.v_cache);
-    ap.seqlens = static_cast<const std::int32_t*>(a.cache_seqlens.data);
-    ap.seqlens_stride = a.cache_seqlens.strides[0];
-    if (a.paged) {
-      ap.block_table = static_cast<const std::int32_t*>(a.block_table.data);
-      ap.table_stride[0] = a.block_table.strides[0];
-      ap.table_stride[1] = a.block_table.strides[1];
-    }
-    ap.page_size = static_cast<int>(a.page_size);
-    ap.num_pages = static_cast<int>(a.num_pages);
-    ap.capacity = static_cast<int>(capacity);
+    fill_cache_addressing(ap, a);
     ap.B = static_cast<int>(pr.B);
     ap.Nnew = static_cast<int>(a.Nnew);
     ap.Hkv = static_cast<int>(pr.Hkv);
@@ -267,20 +273,7 @@ void run_decode(const KvCacheArgs& a) {
   copy_strides(p.q_stride, a.q);
   copy_strides(p.o_stride, a.o);
   if (a.write_lse) copy_strides(p.lse_stride, a.lse);
-  p.k = a.k_cache.data;
-  p.v = a.v_cache.data;
-  copy_strides(p.k_stride, a.k_cache);
-  copy_strides(p.v_stride, a.v_cache);
-  p.seqlens = static_cast<const std::int32_t*>(a.cache_seqlens.data);
-  p.seqlens_stride = a.cache_seqlens.strides[0];
-  if (a.paged) {
-    p.block_table = static_cast<const std::int32_t*>(a.block_table.data);
-    p.table_stride[0] = a.block_table.strides[0];
-    p.table_stride[1] = a.block_table.strides[1];
-  }
-  p.page_size = static_cast<int>(a.page_size);
-  p.num_pages = static_cast<int>(a.num_pages);
-  p.capacity = static_cast<int>(capacity);
+  fill_cache_addressing(p, a);
   p.Nnew = static_cast<int>(a.Nnew);
   p.B = static_cast<int>(pr.B);
   p.Nq = static_cast<int>(pr.Nq);
