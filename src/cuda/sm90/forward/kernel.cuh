@@ -138,8 +138,8 @@ enum class ForwardBarrier : int { consumer_epilogue = 1, issue_turn = 4 };
 #define FLASHPP_SM90_PINGPONG 1
 #endif
 // Head dims from which the softmax of a tile is pinned above the wait for the previous P V
-// product, so that it overlaps that product (perf-notes "softmax anchor": +4-10% at D 96-256,
-// -6% at D 64 in session 12 run 2; a value above 256 turns it off).
+// product, so that it overlaps that product (perf-notes "softmax anchor": +2-10% at D 96-256,
+// -6 to -7% at D 64 in session 12 run 2; a value above 256 turns it off).
 #ifndef FLASHPP_SOFTMAX_ANCHOR_MIN_D
 #define FLASHPP_SOFTMAX_ANCHOR_MIN_D 96
 #endif

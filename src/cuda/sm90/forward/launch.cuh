@@ -66,7 +66,7 @@ template <typename Kernel>
 void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
                         Sm90ForwardParams p, std::int64_t batch_heads, cudaStream_t stream,
                         const char* what, ForwardGrid grid_kind = ForwardGrid::tiles_by_heads) {
-  // Made on every launch (it costs well under a microsecond): a cudaDeviceReset clears it.
+  // Made on every launch (its own cost per call was not measured): a cudaDeviceReset clears it.
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
              "cudaFuncSetAttribute (sm90 forward shared memory)");
   const std::int64_t m_blocks = (p.args.q_len + block_m - 1) / block_m;
