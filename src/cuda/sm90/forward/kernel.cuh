@@ -340,15 +340,13 @@ __device__ __forceinline__ void convert_p(std::uint32_t (&p)[Traits::kBlockN / 1
   }
 }
 
-// A K or V buffer is free again: each consumer warp has seen its last wgmma on it complete, and
+// A K, V or Q buffer is free again: each consumer warp is done with it (its last wgmma on it has
+// completed; for Q staging O, its reads of the staged rows too), and
 // arrives once on the buffer's empty barrier.
 __device__ __forceinline__ void release_buffer(std::uint64_t* empty, int lane) {
   __syncwarp();
   if (lane == 0) ptx::mbarrier_arrive(empty);
 }
-
-// This warp is done with the Q tile of its item: one arrival per warp on q_empty.
-__device__ __forceinline__ void release_q(std::uint64_t* q_empty, int lane) { release_buffer(q_empty, lane); }
 
 // One item of one consumer warpgroup. kExtras: the instantiation that also handles softcap and
 // dropout (their code costs registers, so the plain one leaves it out). `items_done` and `ring`
@@ -375,7 +373,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
 
   const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
   mbarrier_wait(smem.q_full(), static_cast<std::uint32_t>(items_done) & 1u);
-  if (num_tiles == 0 && Traits::kSeparateOutput) release_q(smem.q_empty(), lane);
+  if (num_tiles == 0 && Traits::kSeparateOutput) release_buffer(smem.q_empty(), lane);
   if (num_tiles > 0) {
     const auto bh32 = static_cast<std::uint32_t>(tile.bh);
     const bool dropout = kExtras && p.dropout.threshold != 0;
@@ -454,7 +452,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     }
     // Every S = Q K^T of this item has completed (waited above): Q may take the next item's
     // tile while the last P V runs, where O does not stage through it.
-    if constexpr (Traits::kSeparateOutput) release_q(smem.q_empty(), lane);
+    if constexpr (Traits::kSeparateOutput) release_buffer(smem.q_empty(), lane);
     const int last = num_tiles - 1;
     mbarrier_wait(smem.v_full(stage_of(last)), phase_of(last));
     turns.wait();
@@ -475,7 +473,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     ptx::named_barrier_sync(static_cast<int>(ForwardBarrier::consumer_epilogue) + consumer, 128);
     write_output<Traits>(o, row_max, row_sum, p, tile.b, tile.h, tile.m0, warp_row0, lane, smem.o_stage());
     ptx::fence_shared_to_async();  // the staging reads come before the copy engine's next Q write
-    release_q(smem.q_empty(), lane);
+    release_buffer(smem.q_empty(), lane);
   }
 }
 
