@@ -44,19 +44,6 @@ struct DqKernelShape {
   static constexpr int kSmemBytes = kVOffset + 2 * KvTile::kBytes;
 };
 
-// The keys [begin, end) that rows [i0, i1) can see: -left <= j - (i + shift) <= right.
-struct KeyRange {
-  std::int64_t begin, end;
-};
-__device__ __forceinline__ KeyRange keys_seen_by_rows(const detail::Mask& m, std::int64_t i0,
-                                                      std::int64_t i1, std::int64_t k_len) {
-  std::int64_t begin = i0 + m.shift - m.left;
-  std::int64_t end = (i1 - 1) + m.shift + m.right + 1;
-  begin = begin < 0 ? 0 : begin;
-  end = end > k_len ? k_len : end;
-  return KeyRange{begin, end > begin ? end : begin};
-}
-
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
     bwd_dq_kernel(const BackwardParams p) {
@@ -93,10 +80,10 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
   const std::int64_t i1 = i0 + kQueryRows < p.q_len ? i0 + kQueryRows : p.q_len;
   const int head_dim = static_cast<int>(p.head_dim);
 
-  const KeyRange keys = keys_seen_by_rows(p.mask, i0, i1, p.k_len);
-  const std::int64_t first_key_tile = keys.begin / kKeyRows;
-  const std::int64_t key_tiles =
-      keys.end > keys.begin ? (keys.end + kKeyRows - 1) / kKeyRows - first_key_tile : 0;
+  // The key tiles rows [i0, i1) see (common/tile_range.hpp); the element test per tile below.
+  const KeyTileRange keys = key_tile_range(p.mask, p.k_len, i0, i1, kKeyRows);
+  const std::int64_t first_key_tile = keys.begin;
+  const std::int64_t key_tiles = keys.end - keys.begin;
 
   const auto* k = static_cast<const Element*>(p.k) + batch * p.k_strides.batch +
                   kv_head * p.k_strides.head;

@@ -27,6 +27,7 @@
 #include "../../common/swizzle.cuh"
 #include "../../common/swizzled_fragments.cuh"
 #include "../../common/tile_copy.cuh"
+#include "../../common/tile_range.hpp"
 #include "../../common/warp_reduce.cuh"
 #include "../../common/forward_params.hpp"
 #include "../../common/forward_steps.cuh"
@@ -185,16 +186,15 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
     row_sum[mt][0] = row_sum[mt][1] = 0.0f;
   }
 
-  // The keys any row of this tile sees: [first_key(m0), last_key(m_end - 1)] (the mask's bounds
-  // grow with the row). Tiles outside are skipped; an empty range writes O = 0, lse = -inf.
-  const std::int64_t key_first = p.mask.first_key(m0);
-  const std::int64_t key_last = p.mask.last_key(m_end - 1, p.k_len);
-  if (key_first > key_last) {
+  // The key tiles this query tile visits, and of those the run that needs no element mask
+  // (common/tile_range.hpp). An empty range writes O = 0, lse = -inf.
+  const KeyTileRange keys = key_tile_range(p.mask, p.k_len, m0, m_end, kBlockN);
+  if (keys.empty()) {
     write_output<Traits>(o, row_max, row_sum, p, b, h, m0, warp_row0, lane, q_smem);
     return;
   }
-  const std::int64_t tile_begin = key_first / kBlockN;
-  const std::int64_t tile_end = key_last / kBlockN + 1;
+  const std::int64_t tile_begin = keys.begin;
+  const std::int64_t tile_end = keys.end;
 
   const Element* q_gmem = static_cast<const Element*>(p.q) + b * p.q_strides.batch +
                           h * p.q_strides.head + m0 * p.q_strides.row;
@@ -307,29 +307,10 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
   // same as at row 0, so the reader's base just moves down by whole rows.
   const FragmentReader<typename Traits::QTile, Operand::a_mk> q_reader(
       q_smem + Traits::QTile::kRowStepElements(warp_row0), lane);
-  // The tiles that need no element mask form one contiguous range of `it`: tile n0 needs none
-  // iff n0 + block_n <= Nk and (no mask, or every row sees every key of it:
-  // n0 >= (m_end-1)+shift-left and n0+block_n-1 <= m0+shift+right). Both bounds are monotone in
-  // n0, so they turn once into [unmasked_first, unmasked_last] and a tile costs two compares.
-  int unmasked_first, unmasked_last;
-  {
-    const std::int64_t base = tile_begin * kBlockN;
-    std::int64_t lo = base;                // n0 >= lo
-    std::int64_t hi = p.k_len - kBlockN;      // n0 <= hi
-    if (p.mask.active()) {
-      const std::int64_t lo_mask = (m_end - 1) + p.mask.shift - p.mask.left;
-      const std::int64_t hi_mask = m0 + p.mask.shift + p.mask.right - (kBlockN - 1);
-      lo = lo_mask > lo ? lo_mask : lo;
-      hi = hi_mask < hi ? hi_mask : hi;
-    }
-    const std::int64_t first = (lo - base + kBlockN - 1) / kBlockN;  // lo - base >= 0
-    const std::int64_t rel_hi = hi - base;
-    const std::int64_t last =
-        rel_hi >= 0 ? rel_hi / kBlockN : -((-rel_hi + kBlockN - 1) / kBlockN);  // floor
-    unmasked_first = static_cast<int>(first < num_tiles ? first : num_tiles);
-    unmasked_last =
-        static_cast<int>(last < -1 ? -1 : (last > num_tiles - 1 ? num_tiles - 1 : last));
-  }
+  // The tiles needing no element mask, counted from tile_begin like `it`: [unmasked_first,
+  // unmasked_end), so that a tile costs two 32-bit compares.
+  const int unmasked_first = static_cast<int>(keys.unmasked_begin - tile_begin);
+  const int unmasked_end = static_cast<int>(keys.unmasked_end - tile_begin);
 
   // Prefetches of tiles it < num_full_tiles (counted from tile_begin) read only rows < Nk.
   const std::int64_t full_tile_end = p.k_len / kBlockN < tile_end ? p.k_len / kBlockN : tile_end;
@@ -379,7 +360,7 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
       if (p.softcap > 0.0f) apply_softcap<Traits>(s, p);
     }
     // Same answer as n0 + block_n > Nk || (mask active && !tile_fully_visible(m0, m_end, n0, ..)).
-    const bool needs_mask = it < unmasked_first || it > unmasked_last;
+    const bool needs_mask = it < unmasked_first || it >= unmasked_end;
     if (needs_mask) apply_mask<Traits>(s, p, m0 + warp_row0, n0, lane);
 
     rescale_output<Traits>(o, online_softmax_update<Traits>(s, row_max, row_sum, p.scale_log2));
