@@ -4,11 +4,16 @@
 # shapes, then benchmark against torch SDPA (tools/gpu_compare.py) and print, last, a summary
 # and the table. Logs go to $OUT (the device tool's folder) or ./gpu-check-out.
 #
-#   tools/gpu_check.sh [--quick] [--fwd-only] [--no-tests] [--no-sanitizer] [--no-bench] [--no-poison]
+#   tools/gpu_check.sh [--quick] [--fwd-only] [--no-tests] [--no-sanitizer] [--parallel-sanitizer]
+#                      [--no-bench] [--no-poison]
 #                      [--archs "80;90a"] [--filter GTEST_FILTER] [--bench-args "..."]
 #                      [--variants "1 2 3"] [--variant NAME "NVCC FLAGS"]... [--variant-args "..."]
 #                      [--baseline DIR] [--deadline SECONDS]
 #
+# --parallel-sanitizer: start the three compute-sanitizer runs right after the build, side by side
+# with each other and with the test passes (they only check correctness, so sharing the GPU and
+# the cores changes no result), and collect them before the benchmark: a check that fits one
+# time-limited call. Each is cut at the deadline (timeout), which then counts as not run.
 # --no-poison: run the tests on the plain build (by default they run on a -DFLASHPP_POISON=ON build,
 # where kernels NaN-fill their shared memory and the backward its workspace before use).
 # --deadline: skip the remaining stages (sanitizer, benchmark, variants) once this many seconds
@@ -31,13 +36,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 POISON=1 QUICK="" FWD_ONLY="" RUN_TESTS=1 RUN_SAN=1 RUN_BENCH=1 ARCHS="" FILTER="*" BENCH_ARGS="" VARIANTS="" DEADLINE=1000000
-NAMED_VARIANTS=() VARIANT_FLAGS=() VARIANT_ARGS="--quick --peers none --dtypes fp16" AB=0 BASELINE=""
+NAMED_VARIANTS=() VARIANT_FLAGS=() VARIANT_ARGS="--quick --peers none --dtypes fp16" AB=0 BASELINE="" PAR_SAN=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=--quick ;;
     --fwd-only) FWD_ONLY=--fwd-only ;;
     --no-tests) RUN_TESTS=0 ;;
     --no-sanitizer) RUN_SAN=0 ;;
+    --parallel-sanitizer) PAR_SAN=1 ;;
     --no-bench) RUN_BENCH=0 ;;
     --no-poison) POISON=0 ;;
     --archs) ARCHS="$2"; shift ;;
@@ -138,6 +144,32 @@ if [ -n "$sm90_objects" ] && command -v cuobjdump >/dev/null; then
   fi
 fi
 
+# run_sanitizer TOOL: compute-sanitizer TOOL over the small shapes of the test build.
+run_sanitizer() {
+  FLASHPP_SM90_BACKWARD=1 compute-sanitizer --tool "$1" --error-exitcode 9 "$TESTS" --gtest_filter='*Small*' \
+    >"$OUT/sanitizer_$1.log" 2>&1
+}
+san_result() {  # san_result TOOL STATUS
+  if [ "$2" = 0 ]; then
+    SUMMARY+=("sanitizer $1: clean ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$1.log" | tail -1))")
+  elif [ "$2" = 124 ]; then
+    SUMMARY+=("sanitizer $1: NOT RUN to the end (cut at the deadline)")
+  else
+    status=1
+    tail -n 30 "$OUT/sanitizer_$1.log"
+    SUMMARY+=("sanitizer $1: FAILED (see $OUT/sanitizer_$1.log)")
+  fi
+}
+SAN_PIDS=()
+if [ "$RUN_SAN" = 1 ] && [ "$PAR_SAN" = 1 ]; then
+  left=$(( DEADLINE - ($(date +%s) - START) ))
+  [ "$left" -gt 1000000 ] && left=1000000
+  echo "== compute-sanitizer memcheck, racecheck, synccheck (in the background, ${left} s at most) =="
+  for tool in memcheck racecheck synccheck; do
+    ( timeout "$left" bash -c "$(declare -f run_sanitizer); OUT='$OUT' TESTS='$TESTS' run_sanitizer $tool" ) &
+    SAN_PIDS+=("$tool:$!")
+  done
+fi
 if [ "$RUN_TESTS" = 1 ]; then
   echo "== GPU tests =="
   t0=$(date +%s)
@@ -173,18 +205,17 @@ if [ "$RUN_TESTS" = 1 ] && [[ "$ARCHS" == *90a* ]]; then
   done
 fi
 
-if [ "$RUN_SAN" = 1 ]; then
+if [ "$RUN_SAN" = 1 ] && [ "$PAR_SAN" = 1 ]; then
+  for entry in "${SAN_PIDS[@]}"; do
+    wait "${entry#*:}"
+    san_result "${entry%%:*}" $?
+  done
+elif [ "$RUN_SAN" = 1 ]; then
   for tool in memcheck racecheck synccheck; do
     time_left "sanitizer $tool" || continue
     echo "== compute-sanitizer $tool =="
-    if FLASHPP_SM90_BACKWARD=1 compute-sanitizer --tool "$tool" --error-exitcode 9 "$TESTS" --gtest_filter='*Small*' \
-        >"$OUT/sanitizer_$tool.log" 2>&1; then
-      SUMMARY+=("sanitizer $tool: clean ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1))")
-    else
-      status=1
-      tail -n 30 "$OUT/sanitizer_$tool.log"
-      SUMMARY+=("sanitizer $tool: FAILED (see $OUT/sanitizer_$tool.log)")
-    fi
+    run_sanitizer "$tool"
+    san_result "$tool" $?
   done
 fi
 
