@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "../../../api/problem.hpp"
 #include "../../common/check_cuda.hpp"
@@ -37,18 +38,46 @@ inline void make_map(CUtensorMap* map, const TensorView& t, DType dtype, int row
 // as many blocks as fit on the GPU at once (persistent), or one per item.
 enum class ForwardGrid { tiles_by_heads, walk_persistent, walk_one_per_item };
 
+struct WalkChoice {
+  ForwardGrid grid;
+  WalkKind walk;
+};
+
+// The walk that FLASHPP_SM90_FWD_WALK asks of a masked call's persistent grid: "stride", "snake"
+// or "dynamic"; unset (or anything else): none, one block per item.
+inline bool masked_walk_from_env(WalkKind* walk) {
+  const char* env = std::getenv("FLASHPP_SM90_FWD_WALK");
+  if (env == nullptr) return false;
+  if (std::strcmp(env, "stride") == 0) return *walk = WalkKind::stride, true;
+  if (std::strcmp(env, "snake") == 0) return *walk = WalkKind::snake, true;
+  if (std::strcmp(env, "dynamic") == 0) return *walk = WalkKind::dynamic, true;
+  return false;
+}
+
 // The bf16/fp16 forward's grid: persistent where every item costs the same (no mask), one block
 // per item under a mask, where the hardware's block scheduler balances items of unequal cost
 // better than a fixed walk (session 12 run 3, H100, bf16, D=128, causal: N=4096 547 TFLOPS
 // persistent against 580 per item; without a mask at N=1024 565 against 515).
 // FLASHPP_SM90_FWD_PERSISTENT=0 / =1 forces either (A/B runs; read at every call, as the A/B
-// tools set it per call).
-inline ForwardGrid walk_grid(bool masked) {
+// tools set it per call). FLASHPP_SM90_FWD_WALK=stride|snake|dynamic gives masked calls a
+// persistent grid with that walk (kernel.cuh, ItemWalk; unmasked calls keep the stride walk);
+// with PERSISTENT=1 and no WALK they take the stride walk, with PERSISTENT=0 one block per item.
+inline WalkChoice walk_grid(bool masked) {
   const char* env = std::getenv("FLASHPP_SM90_FWD_PERSISTENT");
   const bool forced = env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0';
-  const bool persistent = forced ? env[0] == '1' : !masked;
-  return persistent ? ForwardGrid::walk_persistent : ForwardGrid::walk_one_per_item;
+  WalkKind walk = WalkKind::stride;
+  const bool walk_asked = masked && masked_walk_from_env(&walk);
+  const bool persistent = forced ? env[0] == '1' : (!masked || walk_asked);
+  if (!persistent) return {ForwardGrid::walk_one_per_item, WalkKind::stride};
+  return {ForwardGrid::walk_persistent, walk};
 }
+
+// The dynamic walk's item counter for launches on `stream` of the current device: one per
+// stream (launches on one stream run one after the other, and each leaves its counter zero), in
+// a table of zeroed counters per device (dispatch.cu). Null where the table is full, or where the
+// stream is capturing a graph (a graph may be replayed on several streams at once): the caller
+// falls back to one block per item.
+unsigned long long* dynamic_walk_counter(cudaStream_t stream);
 
 // Blocks of a persistent grid: as many as fit on the GPU at once, or fewer where
 // FLASHPP_SM90_FWD_MAX_BLOCKS=N (tests: small shapes whose blocks walk many items).
@@ -112,7 +141,6 @@ void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args
   }
 
   const bool extras = params.softcap > 0.0f || params.dropout.threshold != 0;
-  auto kernel = extras ? flash_fwd_sm90_kernel<Traits, true> : flash_fwd_sm90_kernel<Traits, false>;
   // A persistent block counts the K/V tiles it has loaded in 32 bits (the ring position): where
   // all the K/V tiles of a launch could reach 2^31 (sequences of about a million keys and more),
   // one block per item instead (the gain of the persistent grid is nil at such lengths anyway).
@@ -120,11 +148,25 @@ void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args
   const std::int64_t all_kv_tiles = (params.q_len + Traits::kBlockM - 1) / Traits::kBlockM *
                                     std::min<std::int64_t>(batch_heads, 65535) *
                                     ((params.k_len + Traits::kBlockN - 1) / Traits::kBlockN);
-  const ForwardGrid grid = all_kv_tiles < (std::int64_t{1} << 31)
-                               ? walk_grid(params.mask.active())
-                               : ForwardGrid::walk_one_per_item;
+  const WalkChoice one_per_item{ForwardGrid::walk_one_per_item, WalkKind::stride};
+  WalkChoice choice =
+      all_kv_tiles < (std::int64_t{1} << 31) ? walk_grid(params.mask.active()) : one_per_item;
+  // The snake and dynamic walks are instantiated for the plain kernel only (softcap and dropout
+  // keep one block per item under a mask); the dynamic walk needs a counter for the stream.
+  if (choice.walk != WalkKind::stride && extras) choice = one_per_item;
+  if (choice.walk == WalkKind::dynamic) {
+    p.item_counter = dynamic_walk_counter(stream);
+    if (p.item_counter == nullptr) choice = one_per_item;
+  }
+  auto kernel = flash_fwd_sm90_kernel<Traits, false>;
+  if (extras) kernel = flash_fwd_sm90_kernel<Traits, true>;
+  if (choice.walk == WalkKind::snake) {
+    kernel = flash_fwd_sm90_kernel<Traits, false, WalkKind::snake>;
+  } else if (choice.walk == WalkKind::dynamic) {
+    kernel = flash_fwd_sm90_kernel<Traits, false, WalkKind::dynamic>;
+  }
   launch_query_tiles(kernel, Traits::kThreads, Traits::kSmemBytes, Traits::kBlockM, p, batch_heads,
-                     stream, "sm90 forward kernel launch", grid);
+                     stream, "sm90 forward kernel launch", choice.grid);
 }
 
 }  // namespace flashpp::cuda::sm90
