@@ -13,7 +13,7 @@ test::ForwardOutputs run_forward_cuda(const test::AttentionInputs& in, Options o
 // The same forward computed "naively" in the storage dtype, as a framework's plain attention
 // does: S = scale·QKᵀ (float32 sums) rounded to the dtype, softcap and the row softmax in float32
 // with P rounded to the dtype, O = P V (float32 sums) rounded. The error of this against the
-// float64 oracle is the yardstick of DESIGN.md: ours may be at most about twice as large.
+// float64 oracle is the yardstick of docs/design.md ("Testing"): ours may be at most about twice as large.
 test::HostTensor naive_forward_in_dtype(const test::AttentionInputs& in, const Options& options);
 
 }  // namespace flashpp::gpu_test

@@ -1,7 +1,7 @@
 // The CUDA backward against the float64 oracle (Backend::cpu_reference): dQ, dK, dV over a
 // sweep of shapes, head dims, GQA ratios, masks, softcap, dropout, dtypes and layouts.
 //
-// Criterion (DESIGN.md, "Testing"): the kernel's error against the oracle is at most about 2x the
+// Criterion (docs/design.md, "Testing"): the kernel's error against the oracle is at most about 2x the
 // error of the same computation done naively in the storage dtype (every intermediate S, P, dP,
 // dS rounded to it, as a framework would do in fp16/bf16), plus the noise floor of dQ/dK that
 // comes from D = rowsum(dO * O) being formed from the rounded O (tests/common/tolerance.hpp).

@@ -2,7 +2,7 @@
 // same inputs) over a subset of the CPU sweep: awkward lengths, Nq != Nk, every head dim class,
 // GQA, causal in both alignments, windows, softcap, dropout, fp16 and bf16, both layouts.
 //
-// The rule (DESIGN.md): our relative error of O is at most 2x that of the same computation done
+// The rule (docs/design.md, "Testing"): our relative error of O is at most 2x that of the same computation done
 // naively in the storage dtype (gpu_runner.hpp), plus a slack of a quarter of the dtype's unit
 // roundoff (rows with one key are exact both ways); and within the float32-kernel tolerance of
 // tests/common. lse (float32 for both) must be within tests/common's lse limit.
