@@ -323,6 +323,28 @@ __device__ __forceinline__ void to_a_fragments(std::uint32_t (&a)[kTiles / 2][4]
   }
 }
 
+// A consumer hands a step's buffers back to the producer once its reads of them are done: the
+// wgmma reads of Q and dO (complete after wait_group 0) and each thread's own loads of lse and
+// delta. Every consumer thread arrives on the step's empty barrier, so each thread's loads are
+// ordered before the producer's next bulk copy into that buffer by the barrier alone; this is
+// what compute-sanitizer's racecheck can follow. FLASHPP_SM90_BWD_WARP_RELEASE=1 (compile
+// definition, for A/B runs) keeps the earlier form, one arrival per warp after __syncwarp, which
+// racecheck reports as a write-after-read hazard on lse/delta.
+#ifndef FLASHPP_SM90_BWD_WARP_RELEASE
+#define FLASHPP_SM90_BWD_WARP_RELEASE 0
+#endif
+constexpr int kStepReleases = FLASHPP_SM90_BWD_WARP_RELEASE ? 4 : 128;  // per consumer warpgroup
+
+template <typename Traits>
+__device__ __forceinline__ void release_step(std::uint64_t* empty, int lane) {
+  if constexpr (FLASHPP_SM90_BWD_WARP_RELEASE) {
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(empty);
+  } else {
+    ptx::mbarrier_arrive(empty);
+  }
+}
+
 template <typename Traits>
 __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& params,
                                                   const BackwardShared<Traits>& smem,
@@ -430,8 +452,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kDqColumns / 2]>(dq));
     ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockM / 4]>(p_a));
     ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockM / 4]>(ds_a));
-    __syncwarp();
-    if (lane == 0) ptx::mbarrier_arrive(smem.step_empty(s));
+    release_step<Traits>(smem.step_empty(s), lane);
 
     // dQ += into the fragment-ordered float32 accumulator (common/dq_accum.cuh, shared with
     // the sm80 family and its postprocess): one 16-byte red per fragment, no barrier. (A staging
@@ -486,7 +507,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::mbarrier_init(smem.kv_full(), 1);
     for (int s = 0; s < Traits::kStages; ++s) {
       ptx::mbarrier_init(smem.step_full(s), 1);
-      ptx::mbarrier_init(smem.step_empty(s), 4 * Traits::kConsumers);  // one arrival per warp
+      ptx::mbarrier_init(smem.step_empty(s), kStepReleases * Traits::kConsumers);
     }
     ptx::fence_barrier_init();
   }
