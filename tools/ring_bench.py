@@ -306,7 +306,8 @@ def bench_length(N, args, world, rank, results):
     log(rank, f"  N={N}: head chunks picked per variant (head_chunks={args.head_chunks}): " +
         ", ".join(f"{x} {row[x + '_chunks'] or '-'}" for x in names))
     log(rank, f"  N={N}: caching-allocator counters over the reps (retries/device allocs/frees): " +
-        ", ".join(f"{x} {'/'.join(str(int(c)) for c in row[x + '_alloc'].values())}" for x in names))
+        ", ".join(x + " " + "/".join(str(int(c)) for c in row[x + "_alloc"].values())
+                  for x in names))
     write_json(args, rank, results)
     fmt = lambda x: f"{row[x]:.3f}s" if x in row else "n/a"  # noqa: E731
     eff = f"{100 * row['efficiency']:.1f}%" if "efficiency" in row else "n/a"
@@ -329,8 +330,8 @@ def bench_length(N, args, world, rank, results):
             row["profile"] = prof
             write_json(args, rank, results)
             log(rank, f"OVERLAP N={N} W={world} profile_hidden={100 * prof['hidden']:.0f}% "
-                      f"nccl_busy={prof['nccl_busy']:.3f}s compute_idle={prof['compute_idle']:.3f}s "
-                      f"span={prof['span']:.3f}s")
+                      f"nccl_busy={prof['nccl_busy']:.3f}s "
+                      f"compute_idle={prof['compute_idle']:.3f}s span={prof['span']:.3f}s")
         else:
             log(rank, f"OVERLAP N={N} W={world} profile: no GPU kernels recorded")
     del q, k, v, do

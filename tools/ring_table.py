@@ -1,6 +1,7 @@
 """The tables of tools/ring_gpu_check.sh's summary, from ring_bench.py's JSON rows:
 
-    python3 tools/ring_table.py ring_bench_131072.json ring_bench_524288.json ring_large_1048576.json
+    python3 tools/ring_table.py ring_bench_131072.json ring_bench_524288.json \
+        ring_large_1048576.json
 
 Scaling and overlap (seconds; the slowest rank's mean over the reps, fwd+bwd):
   t1        one GPU, the whole sequence          ring     the ring (tW)
@@ -45,10 +46,11 @@ def main(paths):
         print("|" + "---|" * len(cols))
         for r in scaling:
             g = r.get
-            ser_cmp = g("serial") - g("compute") if g("serial") is not None and g("compute") is not None else None
+            ser_cmp = (g("serial") - g("compute")
+                       if g("serial") is not None and g("compute") is not None else None)
             prof = g("profile")
-            prof_s = (f"{fmt(prof['hidden'], pct=True)}/{prof['nccl_busy']:.3f}/{prof['compute_idle']:.3f}"
-                      if prof else "n/a")
+            prof_s = (f"{fmt(prof['hidden'], pct=True)}/{prof['nccl_busy']:.3f}/"
+                      f"{prof['compute_idle']:.3f}" if prof else "n/a")
             retries = "/".join(str(int(g(x + "_alloc", {}).get("num_alloc_retries", 0)))
                                if g(x + "_alloc") else "-" for x in ("ring", "compute"))
             cells = [str(r["N"]), fmt(g("t1")), fmt(g("ring", g("tW"))), fmt(g("efficiency"), pct=True),

@@ -161,7 +161,8 @@ class _Knobs:
         def flag(name, off):
             value = os.environ.get(name, "").strip().lower()
             if value not in ("", off, "1", "on"):
-                raise ValueError(f"flashpp.distributed: {name}={value!r}: expected {off!r} or unset")
+                raise ValueError(f"flashpp.distributed: {name}={value!r}: expected {off!r} "
+                                 "or unset")
             return value != off
 
         return cls(transfers=flag("FLASHPP_RING_TRANSFERS", "skip"),
