@@ -1,18 +1,37 @@
-"""Ring attention scaling on the GPUs of one machine (run by tools/ring_gpu_check.sh):
+"""Ring attention scaling and overlap on the GPUs of one machine (run by tools/ring_gpu_check.sh):
 
-    torchrun --nproc-per-node 2 tools/ring_bench.py --seqs 131072 524288 --million
+    torchrun --nproc-per-node 2 tools/ring_bench.py --seqs 131072 524288
+    torchrun --nproc-per-node 2 tools/ring_bench.py --seqs --million 1048576
 
 For each total length N (causal, B=1, H=32, D=128, bf16, forward + backward):
-  t1      every rank runs single-GPU flashpp on the whole sequence at once (the same
-          conditions on each GPU; the slower GPU's time is reported);
-  tW      ring_attention over all ranks (the slowest rank's time);
-  compute the ring's block calls and merges alone (every step on the rank's own K/V, no
-          transfers), comm the ring's transfers alone (K/V and the dK/dV accumulators, no compute);
-  eff = t1 / (W * tW); comm_hidden = (compute + comm - tW) / comm, clipped to [0, 100%]: the
-  share of the transfer time that the ring hid behind the compute.
---million: then 1M tokens (B=1, H=32, D=128 bf16) on the ring alone: time, peak memory per GPU.
-CUDA events, --warmup and --reps per measurement (512k and longer: 1 warmup, 2 reps unless told).
-Prints "RESULT ..." lines (rank 0) and writes ring_bench.json to --out.
+  t1          every rank runs single-GPU flashpp on the whole sequence at once (the same
+              conditions on each GPU; the slower GPU's time is reported);
+  then the same call, fd.ring_attention(...) forward + backward over all ranks, in variants
+  that differ only by the ring's diagnostic knobs (flashpp.distributed._Knobs, environment
+  variables read at each call) or the sm90 forward's grid:
+  ring        the ring as it is (tW; eff = t1 / (W * tW));
+  serial      FLASHPP_RING_OVERLAP=0: each transfer waited for right after it is issued (the
+              ring without overlap; expected about compute + comm);
+  compute     FLASHPP_RING_TRANSFERS=skip: no transfers, everything else as in the ring (the same
+              buffers allocated, block calls, merges, casts): the lower bound of the ring;
+  comm        FLASHPP_RING_COMPUTE=skip: the same transfers, no block calls, merges or sums;
+  ring_p0, compute_p0   ring and compute with FLASHPP_SM90_FWD_PERSISTENT=0 (the sm90 forward
+              with one block per item instead of its persistent grid; read by the library at
+              each launch, src/cuda/sm90/forward/launch.cuh).
+  Derived: exposed = ring - compute (the transfer time not hidden, plus whatever the transfers
+  cost the compute), hidden = 1 - exposed / comm clipped to [0, 1].
+  The variants are timed round-robin (ring, compute, serial, comm, ring_p0, compute_p0, then
+  again) so that a drift of the clocks over the run spreads over all of them.
+  Then one more ring run under torch.profiler (--no-profile: none): from the GPU kernels of that
+  run, the share of the NCCL kernels' busy time during which a compute kernel ran too
+  (profile_hidden), the NCCL busy time and the time with no compute kernel running
+  (compute_idle, within the run's first to last kernel).
+--million: then total lengths (default 1M) on the ring alone: time, peak memory per GPU.
+CUDA events; per variant --warmup and --reps (defaults: N >= 512k 1 warmup of ring and comm
+and 2 reps; shorter 1 warmup each and 5 reps). Every rep's time and the caching allocator's
+counters (alloc retries: device-synchronising frees) are in the JSON.
+Prints "RESULT ..." lines (rank 0) and writes ring_bench.json to --out (rewritten after each
+phase, so a run cut short keeps what finished).
 """
 import argparse
 import json
@@ -28,37 +47,87 @@ import flashpp.distributed as fd
 
 DEV = "cuda"  # "cpu" with --cpu: a dry run of this script's logic on gloo (tiny sizes)
 
+VARIANTS = [  # name, environment for the call
+    ("ring", {}),
+    ("compute", {"FLASHPP_RING_TRANSFERS": "skip"}),
+    ("serial", {"FLASHPP_RING_OVERLAP": "0"}),
+    ("comm", {"FLASHPP_RING_COMPUTE": "skip"}),
+    ("ring_p0", {"FLASHPP_SM90_FWD_PERSISTENT": "0"}),
+    ("compute_p0", {"FLASHPP_RING_TRANSFERS": "skip", "FLASHPP_SM90_FWD_PERSISTENT": "0"}),
+]
+KNOB_VARS = sorted({k for _, env in VARIANTS for k in env})
+
 
 def sync():
     if DEV == "cuda":
         torch.cuda.synchronize()
 
 
-def timed(fn, warmup, reps):
-    """The mean of reps after warmup, CUDA events on the current stream, ranks aligned by a
-    barrier before each run; returns the slowest rank's mean in seconds."""
-    for _ in range(warmup):
-        fn()
+class env_set:
+    """Sets environment variables for a with-block, restoring them after (os.environ writes
+    through to the C library's environment, which flashpp's getenv reads)."""
+
+    def __init__(self, env):
+        self.env, self.saved = env, {}
+
+    def __enter__(self):
+        for k, v in self.env.items():
+            self.saved[k] = os.environ.get(k)
+            os.environ[k] = v
+
+    def __exit__(self, *exc):
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+ALLOC_KEYS = ("num_alloc_retries", "num_device_alloc", "num_device_free")
+
+
+def alloc_counters():
+    if DEV != "cuda":
+        return [0, 0, 0]
+    st = torch.cuda.memory_stats()
+    return [int(st.get(k, 0)) for k in ALLOC_KEYS]
+
+
+def run_once(fn):
+    """One run of fn(mark) (mark() is called between forward and backward), ranks aligned by a
+    barrier; returns this rank's (total, forward) seconds."""
+    dist.barrier()
     sync()
-    total = 0.0
-    for _ in range(reps):
-        dist.barrier()
-        sync()
-        if DEV == "cuda":
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            total += start.elapsed_time(end) / 1e3
-        else:
-            t0 = time.perf_counter()
-            fn()
-            total += time.perf_counter() - t0
-    t = torch.tensor([total / max(reps, 1)], device=DEV, dtype=torch.float64)
+    if DEV == "cuda":
+        start, mid, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        start.record()
+        fn(mid.record)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3, start.elapsed_time(mid) / 1e3
+    t = [time.perf_counter(), None]
+
+    def mark():
+        t[1] = time.perf_counter()
+    fn(mark)
+    t1 = time.perf_counter()
+    return t1 - t[0], (t[1] or t1) - t[0]
+
+
+def slowest(values):
+    """The maximum over ranks of each value (a list of floats)."""
+    t = torch.tensor(values, device=DEV, dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
+    return t.tolist()
+
+
+def timed(fn, warmup, reps):
+    """The mean of reps after warmup; the slowest rank's mean in seconds."""
+    for _ in range(warmup):
+        fn(lambda: None)
+    sync()
+    runs = [run_once(fn)[0] for _ in range(reps)]
+    return slowest([sum(runs) / max(reps, 1)])[0]
 
 
 def log(rank, *a):
@@ -66,62 +135,205 @@ def log(rank, *a):
         print(*a, flush=True)
 
 
+def write_json(args, rank, results):
+    if rank == 0:
+        with open(os.path.join(args.out, "ring_bench.json"), "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def kernel_overlap(trace_path):
+    """From a torch.profiler chrome trace: the GPU activity (kernels, memcpy, memset) split into
+    NCCL kernels and the rest. Returns {nccl_busy, compute_busy, both, span, compute_idle,
+    hidden} in seconds (hidden = both / nccl_busy), or None without GPU activity."""
+    with open(trace_path) as f:
+        events = json.load(f).get("traceEvents", [])
+    nccl, other = [], []
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        iv = (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+        (nccl if "nccl" in e.get("name", "").lower() else other).append(iv)
+    return overlap_of(nccl, other)
+
+
+def _union(ivs):
+    out = []
+    for a, b in sorted(ivs):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def overlap_of(nccl, other):
+    """nccl, other: lists of (start, end) in microseconds."""
+    if not nccl and not other:
+        return None
+    un, uo = _union(nccl), _union(other)
+    length = lambda u: sum(b - a for a, b in u)  # noqa: E731
+    both, i, j = 0.0, 0, 0
+    while i < len(un) and j < len(uo):
+        lo, hi = max(un[i][0], uo[j][0]), min(un[i][1], uo[j][1])
+        both += max(0.0, hi - lo)
+        if un[i][1] < uo[j][1]:
+            i += 1
+        else:
+            j += 1
+    allv = nccl + other
+    span = max(b for _, b in allv) - min(a for a, _ in allv)
+    nb, ob = length(un), length(uo)
+    return {"nccl_busy": nb / 1e6, "compute_busy": ob / 1e6, "both": both / 1e6,
+            "span": span / 1e6, "compute_idle": (span - ob) / 1e6,
+            "hidden": both / nb if nb > 0 else None, "nccl_kernels": len(nccl)}
+
+
+def profile_ring(fn, args, rank, N):
+    """One ring run under torch.profiler; the kernel overlap of each rank, reduced: hidden is
+    the smaller of the ranks', the times the larger."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEV == "cuda" else [])
+    dist.barrier()
+    sync()
+    with profile(activities=acts) as prof:
+        fn(lambda: None)
+        sync()
+    path = os.path.join(args.out, f"ring_trace_{N}_rank{rank}.json")
+    prof.export_chrome_trace(path)
+    ov = kernel_overlap(path)
+    have = torch.tensor([0.0 if ov is None else 1.0], device=DEV)
+    dist.all_reduce(have, op=dist.ReduceOp.MIN)
+    if have.item() == 0:
+        return None
+    # min of hidden via max of -hidden
+    hid = ov["hidden"] if ov["hidden"] is not None else 1.0
+    vals = slowest([-hid, ov["nccl_busy"], ov["compute_idle"], ov["span"], ov["both"]])
+    return {"hidden": -vals[0], "nccl_busy": vals[1], "compute_idle": vals[2], "span": vals[3],
+            "both": vals[4], "nccl_kernels_rank0": ov["nccl_kernels"]}
+
+
 def bench_length(N, args, world, rank, results):
     H, D, dt = args.heads, args.dim, torch.bfloat16
     long_seq = N >= 524288
-    warmup = args.warmup if args.warmup is not None else 1
-    reps = args.reps if args.reps is not None else (2 if long_seq else 3)
+    reps = args.reps if args.reps is not None else (2 if long_seq else 5)
     n = N // world
-    row = {"N": N, "world": world, "warmup": warmup, "reps": reps}
+    row = {"N": N, "world": world, "reps": reps, "knobs_checked": KNOB_VARS}
+    results.append(row)
     # single GPU, whole sequence (every rank at once, each on its own GPU)
     if not args.no_single:
+        warmup = args.warmup if args.warmup is not None else 1
+        t1_reps = args.reps if args.reps is not None else (2 if long_seq else 3)
         q, k, v, do = (torch.randn(1, N, H, D, device=DEV, dtype=dt) for _ in range(4))
         q.requires_grad_(); k.requires_grad_(); v.requires_grad_()
 
-        def single():
+        def single(mark):
             o = flashpp.attention(q, k, v, causal=True)
+            mark()
             o.backward(do)
             q.grad = k.grad = v.grad = None
-        row["t1"] = timed(single, warmup, reps)
+        row["t1"] = timed(single, warmup, t1_reps)
+        row["t1_reps"] = t1_reps
         log(rank, f"  N={N}: single GPU fwd+bwd {row['t1']:.3f} s")
         del q, k, v, do
         if DEV == "cuda":
             torch.cuda.empty_cache()
-    # the ring
+        write_json(args, rank, results)
+    # the ring and its variants: the same call, different knobs
     q, k, v, do = (torch.randn(1, n, H, D, device=DEV, dtype=dt) for _ in range(4))
     q.requires_grad_(); k.requires_grad_(); v.requires_grad_()
+    chunks_seen = {}
+    auto = fd._auto_head_chunks
 
-    def ring_full():
+    def recording_auto(q_, k_, backward):  # records the head chunks each variant's calls pick
+        c = auto(q_, k_, backward)
+        chunks_seen.setdefault(current[0], set()).add(("bwd" if backward else "fwd", c))
+        return c
+    current = ["ring"]
+    fd._auto_head_chunks = recording_auto
+
+    def ring_call(mark):
         o = fd.ring_attention(q, k, v, causal=True, head_chunks=args.head_chunks)
+        mark()
         o.backward(do)
         q.grad = k.grad = v.grad = None
-    row["tW"] = timed(ring_full, warmup, reps)
-    log(rank, f"  N={N}: ring on {world} GPUs fwd+bwd {row['tW']:.3f} s")
-    ring = fd._NcclRing(None)
-    ops = fd.TorchOps()
-    qd, kd, vd = q.detach(), k.detach(), v.detach()
-    chunks = args.head_chunks or fd._auto_head_chunks(qd, kd, backward=True)
-    with torch.no_grad():
-        o, lse = fd._forward(ring, ops, qd, kd, vd, True, chunks)
 
-        def compute_only():
-            o2, lse2 = fd._forward(ring, ops, qd, kd, vd, True, chunks, mode="compute")
-            fd._backward(ring, ops, qd, kd, vd, o, lse, do, True, chunks, mode="compute")
-
-        def comm_only():
-            fd._forward(ring, ops, qd, kd, vd, True, chunks, mode="comm")
-            fd._backward(ring, ops, qd, kd, vd, o, lse, do, True, chunks, mode="comm")
-        row["compute"] = timed(compute_only, 0 if long_seq else warmup, 1 if long_seq else reps)
-        row["comm"] = timed(comm_only, 1, reps)
-    del o, lse
+    variants = [(name, env) for name, env in VARIANTS if name not in args.skip_variants]
+    times = {name: [] for name, _ in variants}
+    fwd_times = {name: [] for name, _ in variants}
+    allocs = {name: [0, 0, 0] for name, _ in variants}
+    try:
+        for name, env in variants:  # warm-up
+            w = args.warmup if args.warmup is not None else (
+                (1 if name in ("ring", "comm") else 0) if long_seq else 1)
+            current[0] = name
+            with env_set(env):
+                for _ in range(w):
+                    ring_call(lambda: None)
+        sync()
+        for rep in range(reps):
+            for name, env in variants:
+                current[0] = name
+                before = alloc_counters()
+                with env_set(env):
+                    total, fwd = run_once(ring_call)
+                after = alloc_counters()
+                times[name].append(total)
+                fwd_times[name].append(fwd)
+                allocs[name] = [a + y - x for a, x, y in zip(allocs[name], before, after)]
+            log(rank, f"  N={N}: rep {rep + 1}/{reps}: " +
+                " ".join(f"{name} {times[name][-1]:.3f}" for name, _ in variants) + " (rank 0, s)")
+    finally:
+        fd._auto_head_chunks = auto
+    names = [name for name, _ in variants]
+    means = slowest([sum(times[x]) / len(times[x]) for x in names] +
+                    [sum(fwd_times[x]) / len(fwd_times[x]) for x in names])
+    counters = slowest([float(c) for x in names for c in allocs[x]])
+    for i, x in enumerate(names):
+        row[x] = means[i]
+        row[x + "_fwd"] = means[len(names) + i]
+        row[x + "_reps_rank0"] = times[x]
+        row[x + "_alloc"] = dict(zip(ALLOC_KEYS, counters[3 * i:3 * i + 3]))
+        row[x + "_chunks"] = "/".join(f"{d}{c}" for d, c in sorted(chunks_seen.get(x, ())))
+    row["tW"] = row["ring"]
     if "t1" in row:
-        row["efficiency"] = row["t1"] / (world * row["tW"])
-    row["overlap_hidden"] = (row["compute"] + row["comm"] - row["tW"]) / max(row["comm"], 1e-9)
-    results.append(row)
+        row["efficiency"] = row["t1"] / (world * row["ring"])
+        if "ring_p0" in row:
+            row["efficiency_p0"] = row["t1"] / (world * row["ring_p0"])
+    if "compute" in row and "comm" in row:
+        row["exposed"] = row["ring"] - row["compute"]
+        row["hidden"] = min(max(1 - row["exposed"] / max(row["comm"], 1e-9), 0.0), 1.0)
+    log(rank, f"  N={N}: head chunks picked per variant (head_chunks={args.head_chunks}): " +
+        ", ".join(f"{x} {row[x + '_chunks'] or '-'}" for x in names))
+    log(rank, f"  N={N}: caching-allocator counters over the reps (retries/device allocs/frees): " +
+        ", ".join(x + " " + "/".join(str(int(c)) for c in row[x + "_alloc"].values())
+                  for x in names))
+    write_json(args, rank, results)
+    fmt = lambda x: f"{row[x]:.3f}s" if x in row else "n/a"  # noqa: E731
     eff = f"{100 * row['efficiency']:.1f}%" if "efficiency" in row else "n/a"
-    log(rank, f"RESULT N={N} W={world} t1={row.get('t1', float('nan')):.3f}s tW={row['tW']:.3f}s "
-              f"eff={eff} compute={row['compute']:.3f}s comm={row['comm']:.3f}s "
-              f"comm_hidden={100 * min(max(row['overlap_hidden'], 0), 1):.0f}%")
+    eff0 = f"{100 * row['efficiency_p0']:.1f}%" if "efficiency_p0" in row else "n/a"
+    hid = f"{100 * row['hidden']:.0f}%" if "hidden" in row else "n/a"
+    exp = f"{row['exposed']:.3f}s" if "exposed" in row else "n/a"
+    log(rank, f"RESULT N={N} W={world} t1={fmt('t1')} tW={fmt('ring')} eff={eff} "
+              f"serial={fmt('serial')} compute={fmt('compute')} comm={fmt('comm')} "
+              f"exposed={exp} hidden={hid} ring_p0={fmt('ring_p0')} eff_p0={eff0} "
+              f"compute_p0={fmt('compute_p0')}")
+    # the kernels' timeline of one ring run
+    if not args.no_profile:
+        current[0] = "profile"
+        try:
+            prof = profile_ring(ring_call, args, rank, N)
+        except Exception as e:  # noqa: BLE001 - the timings above stand without it
+            prof = None
+            log(rank, f"  N={N}: profile failed: {type(e).__name__}: {e}")
+        if prof is not None:
+            row["profile"] = prof
+            write_json(args, rank, results)
+            log(rank, f"OVERLAP N={N} W={world} profile_hidden={100 * prof['hidden']:.0f}% "
+                      f"nccl_busy={prof['nccl_busy']:.3f}s "
+                      f"compute_idle={prof['compute_idle']:.3f}s span={prof['span']:.3f}s")
+        else:
+            log(rank, f"OVERLAP N={N} W={world} profile: no GPU kernels recorded")
     del q, k, v, do
     if DEV == "cuda":
         torch.cuda.empty_cache()
@@ -137,9 +349,10 @@ def bench_million(args, world, rank, results, N):
     dist.barrier()
     sync()
     t0 = time.perf_counter()
-    # 4 head chunks unless told: the temporaries stay well inside 80 GB whatever the estimate
+    # 4 head chunks unless told (or fewer where H is not a multiple of 4, as in the dry run):
+    # the temporaries stay well inside 80 GB whatever the estimate
     # of head_chunks=None would say (an out-of-memory on one rank would stall the other).
-    chunks = args.head_chunks or 4
+    chunks = args.head_chunks or max(c for c in (4, 2, 1) if H % c == 0)
     o = fd.ring_attention(q, k, v, causal=True, head_chunks=chunks)
     o.backward(do)
     sync()
@@ -171,11 +384,19 @@ def main():
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--head-chunks", type=int, default=None)
     ap.add_argument("--no-single", action="store_true")
+    ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--skip-variants", nargs="*", default=[],
+                    help="variants not to time (of: " + " ".join(n for n, _ in VARIANTS[1:]) + ")")
     ap.add_argument("--million", type=int, nargs="*", default=None,
                     help="total lengths for the large run (default 1048576 when given bare)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--cpu", action="store_true", help="dry run on the CPU over gloo")
     args = ap.parse_args()
+    if "ring" in args.skip_variants:
+        ap.error("the ring itself cannot be skipped")
+    for var in KNOB_VARS:  # the variants set these per call; inherited values would skew them
+        if var in os.environ:
+            raise SystemExit(f"ring_bench: unset {var} (the variants set it per call)")
     global DEV
     local = int(os.environ.get("LOCAL_RANK", 0))
     if args.cpu:
@@ -199,9 +420,8 @@ def main():
             except torch.OutOfMemoryError as e:
                 log(rank, f"RESULT_LARGE N={N} W={world} out of memory: {str(e).splitlines()[0]}")
                 break
-    if rank == 0:
-        with open(os.path.join(args.out, "ring_bench.json"), "w") as f:
-            json.dump(results, f, indent=1)
+            write_json(args, rank, results)
+    write_json(args, rank, results)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -5,11 +5,14 @@
 #   (2) correctness: ring_attention over NCCL (torchrun, one process per GPU) against single-GPU
 #       flashpp on the whole sequence, fwd+bwd, causal and not, GQA, fp16/bf16, head chunks;
 #       the C++ API (ncclCommInitAll over the GPUs, one thread per rank) likewise;
-#   (3) scaling: causal fwd+bwd at 128k and 512k total tokens (B=1, H=32, D=128, bf16): single
-#       GPU vs ring, efficiency = t1 / (W * tW), with the compute alone and the transfers alone;
+#   (3) scaling and overlap: causal fwd+bwd at 128k and 512k total tokens (B=1, H=32, D=128,
+#       bf16): single GPU vs ring, efficiency = t1 / (W * tW); the same ring call without
+#       overlap, without transfers (compute alone), without compute (transfers alone), and with
+#       the sm90 forward's persistent grid off; one profiled ring run (tools/ring_bench.py);
 #   (4) 1M tokens (B=1, H=32, D=128, bf16) fwd+bwd on the ring: time and peak memory;
 #   (5) the simulated ring (W = 2, 3, 4, 8 ranks in one process) on one GPU, fp16/bf16.
-# Logs go to $OUT (or ./ring-check-out; see pack_logs below); the summary table is printed last.
+# Logs go to $OUT (or ./ring-check-out; see pack_logs below); the summary and the table of every
+# figure (tools/ring_table.py) are printed last.
 #
 #   bash tools/ring_gpu_check.sh [--deadline 540] [--archs 90a] [--gpus 2] [--no-large]
 #                                [--seqs "131072 524288"] [--large "1048576"]
@@ -17,6 +20,9 @@
 # NVLink multicast stays off (NVLS / symmetric-memory multicast): the variables below are
 # exported for every child process.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# The ring's diagnostic knobs and the sm90 forward's grid switch are set per call by
+# ring_bench.py; inherited, they would change every step.
+unset FLASHPP_RING_TRANSFERS FLASHPP_RING_COMPUTE FLASHPP_RING_OVERLAP FLASHPP_SM90_FWD_PERSISTENT
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,7 +55,8 @@ pack_logs() {
   "$PY" - "$OUT_DIR" > "$OUT_DIR/ring_results.json" 2>/dev/null <<'PYEOF'
 import glob, json, os, sys
 rows = []
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "ring_*_*.json"))):
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "ring_bench_*.json")) +
+                glob.glob(os.path.join(sys.argv[1], "ring_large_*.json"))):
     rows += json.load(open(f))
 print(json.dumps(rows, indent=1))
 PYEOF
@@ -142,7 +149,9 @@ if have_time "torch ring vs 1 GPU" 60; then
   add "torch ring vs 1 GPU" "${line#ring_torch: } (exit $rc)"
 fi
 echo "== (2b) C++ ring API vs single GPU (one process, ncclCommInitAll)"
-if [ -z "$RING_CHECK" ]; then
+if [ "$DRY" = 1 ]; then
+  add "C++ ring vs 1 GPU" "skipped (dry run: nothing built)"
+elif [ -z "$RING_CHECK" ]; then
   add "C++ ring vs 1 GPU" "FAIL: flashpp_ring_check was not built (NCCL not found? see build.log)"
   FAILED=1
 elif have_time "C++ ring vs 1 GPU" 40; then
@@ -154,27 +163,40 @@ elif have_time "C++ ring vs 1 GPU" 40; then
   add "C++ ring vs 1 GPU" "${line#ring_cpp: } (exit $rc)"
 fi
 # ---- (3) scaling, (4) the largest sequence: one torchrun per length, so that what finished
-# is kept when the deadline cuts the rest.
+# is kept when the deadline cuts the rest (ring_bench.py rewrites its JSON after each phase).
+# Seconds on 2 x H100 (estimates from the 2026-11-25 run: 128k ring 0.55 s, 512k 8.7 s, t1
+# twice that): 128k ~45 s; 512k ~175 s (t1 3 runs, ring 3, five variants 2 each, 1 profiled).
+# With less than the full need left, the persistent-off variants and the profile are dropped.
 for N in $SEQS; do
-  need=45; [ "$N" -ge 524288 ] && need=150
+  full=60 need=40 cap=150
+  [ "$N" -ge 524288 ] && full=230 need=130 cap=330
   name="scaling N=$N"
   echo "== (3) $name (causal, B=1 H=32 D=128 bf16, fwd+bwd)"
   have_time "$name" "$need" || continue
-  cap=120; [ "$N" -ge 524288 ] && cap=300
-  timeout "$(limit "$cap")" "${RUN[@]}" tools/ring_bench.py "${BENCHARGS[@]}" --seqs "$N" --out "$OUT_DIR" \
-    > "$OUT_DIR/ring_bench_$N.log" 2>&1
+  trim=()
+  if [ "$(left)" -lt "$full" ]; then
+    trim=(--skip-variants ring_p0 compute_p0 --no-profile)
+    echo "$name: $(left) s left (< $full): without the persistent-off variants and the profile"
+  fi
+  rm -f "$OUT_DIR/ring_bench.json"  # not the previous length's
+  timeout "$(limit "$cap")" "${RUN[@]}" tools/ring_bench.py "${BENCHARGS[@]}" "${trim[@]}" --seqs "$N" \
+    --out "$OUT_DIR" > "$OUT_DIR/ring_bench_$N.log" 2>&1
   rc=$?
   cp -f "$OUT_DIR/ring_bench.json" "$OUT_DIR/ring_bench_$N.json" 2>/dev/null
-  grep -E "^(ring_bench|  N=|RESULT)" "$OUT_DIR/ring_bench_$N.log"
+  grep -E "^(ring_bench|  N=|RESULT|OVERLAP)" "$OUT_DIR/ring_bench_$N.log"
   res=$(grep -E "^RESULT " "$OUT_DIR/ring_bench_$N.log" | tail -1 | sed 's/^RESULT N=[0-9]* //')
+  ovl=$(grep -E "^OVERLAP " "$OUT_DIR/ring_bench_$N.log" | tail -1 | sed 's/^OVERLAP N=[0-9]* W=[0-9]* //')
   [ "$rc" -ne 0 ] && { FAILED=1; tail -n 20 "$OUT_DIR/ring_bench_$N.log"; }
-  add "$name" "${res:-no result (exit $rc, see ring_bench_$N.log)}"
+  add "$name" "${res:-no result (exit $rc, see ring_bench_$N.log)}${ovl:+; $ovl}"
 done
 for N in $LARGE; do
   name="largest: N=$N"
   echo "== (4) $name on $GPUS GPUs (B=1 H=32 D=128 bf16, fwd+bwd)"
-  have_time "$name" 90 || continue
-  timeout "$(limit 300)" "${RUN[@]}" tools/ring_bench.py "${BENCHARGS[@]}" --seqs --million "$N" --out "$OUT_DIR" \
+  # ~35 s of ring at 1M on 2 x H100 plus the start: 90 s, growing as N^2
+  need=$(( 90 * (N / 1048576) * (N / 1048576) )); [ "$need" -lt 90 ] && need=90
+  have_time "$name" "$need" || continue
+  rm -f "$OUT_DIR/ring_bench.json"
+  timeout "$(limit $(( need * 3 )))" "${RUN[@]}" tools/ring_bench.py "${BENCHARGS[@]}" --seqs --million "$N" --out "$OUT_DIR" \
     > "$OUT_DIR/ring_large_$N.log" 2>&1
   rc=$?
   cp -f "$OUT_DIR/ring_bench.json" "$OUT_DIR/ring_large_$N.json" 2>/dev/null
@@ -201,5 +223,7 @@ fi
   echo "==== ring_gpu_check summary ($(( $(date +%s) - START )) s of $DEADLINE; $(head -1 "$OUT_DIR/gpus.txt" | cut -c1-60) x$ngpu; $(cat "$OUT_DIR/versions.txt" | head -1)) ===="
   for line in "${SUMMARY[@]}"; do echo "$line"; done
   echo "overall: $([ "$FAILED" = 0 ] && echo PASS || echo FAIL)"
+  echo "---- figures (tools/ring_table.py; columns explained there and in docs/ring-attention.md)"
+  "$PY" tools/ring_table.py "$OUT_DIR"/ring_bench_*.json "$OUT_DIR"/ring_large_*.json 2>&1
 } | tee "$OUT_DIR/summary.txt"
 exit "$FAILED"

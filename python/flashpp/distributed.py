@@ -18,6 +18,10 @@ in _ring_schedule.py, the arithmetic in _ring_core.py; docs/ring-attention.md ex
 
 NCCL comes from torch (its bundled copy, through torch.distributed); flashpp's extension does not
 link NCCL. The C++ API over a caller's ncclComm_t is include/flashpp/ring.hpp.
+
+Diagnostics only (tools/ring_bench.py): FLASHPP_RING_OVERLAP=0, FLASHPP_RING_TRANSFERS=skip and
+FLASHPP_RING_COMPUTE=skip run the ring without overlap, without transfers or without compute
+(_Knobs below; docs/ring-attention.md "Diagnostics").
 """
 from __future__ import annotations
 
@@ -126,58 +130,138 @@ def _wait(works):
         w.wait()
 
 
-# mode: "full" (the ring), "compute" (the same block calls on the own K/V, no transfers),
-# "comm" (the same transfers, no block calls): the last two only to time the overlap.
+# ---- diagnostics: the ring with its transfers, its compute or its overlap taken out -----------
 
-def _ring_forward(ring, ops, q, k, v, causal, mode="full"):
+class _Knobs:
+    """Private diagnostic switches, read from the environment at each ring_attention call (its
+    backward uses the call's), to time what the overlap hides (tools/ring_bench.py;
+    docs/ring-attention.md "Diagnostics"). Unset: the ring as it is.
+
+      FLASHPP_RING_TRANSFERS=skip  no transfers: every step computes on the rank's own K/V and
+                                   adds into its own dK/dV accumulators; everything else as in the
+                                   ring (the same buffers allocated, the same block calls, merges,
+                                   casts and stream waits): "compute alone". Results are wrong
+                                   for W > 1.
+      FLASHPP_RING_COMPUTE=skip    no block calls, merges or accumulations: the same transfers of
+                                   the same buffers in the same order: "transfers alone". Results
+                                   are meaningless.
+      FLASHPP_RING_OVERLAP=0       the ring without overlap: each transfer is waited for right
+                                   after it is issued, before the compute of its step. Results
+                                   are the ring's, bit for bit."""
+
+    __slots__ = ("transfers", "compute", "overlap")
+
+    def __init__(self, transfers=True, compute=True, overlap=True):
+        self.transfers, self.compute, self.overlap = transfers, compute, overlap
+
+    @classmethod
+    def from_env(cls):
+        import os
+
+        def flag(name, off):
+            value = os.environ.get(name, "").strip().lower()
+            if value not in ("", off, "1", "on"):
+                raise ValueError(f"flashpp.distributed: {name}={value!r}: expected {off!r} "
+                                 "or unset")
+            return value != off
+
+        return cls(transfers=flag("FLASHPP_RING_TRANSFERS", "skip"),
+                   compute=flag("FLASHPP_RING_COMPUTE", "skip"),
+                   overlap=flag("FLASHPP_RING_OVERLAP", "0"))
+
+
+_DEFAULT = _Knobs()
+
+
+def _exchange(ring, knobs, send, recv):
+    """ring.exchange, or nothing when the transfers are skipped; waited for at once when the
+    overlap is off (then nothing is left to wait for: a gloo work waited twice blocks)."""
+    if not knobs.transfers:
+        return []
+    works = ring.exchange(send, recv)
+    if not knobs.overlap:
+        _wait(works)
+        return []
+    return works
+
+
+def _ring_forward(ring, ops, q, k, v, causal, knobs=_DEFAULT):
     world = ring.world
     state = core.RingForward(ops, world, ring.rank, q, causal)
     k_cur, v_cur = k.contiguous(), v.contiguous()  # NCCL sends contiguous buffers
+    held = None  # knobs.transfers off: the receive buffers, kept as long as the ring keeps them
     for step in range(world):
         works = None
-        if step + 1 < world and mode != "compute":
+        if step + 1 < world:
             k_next, v_next = torch.empty_like(k_cur), torch.empty_like(v_cur)
-            works = ring.exchange([k_cur, v_cur], [k_next, v_next])  # before the compute
-        if mode != "comm":
+            works = _exchange(ring, knobs, [k_cur, v_cur], [k_next, v_next])  # before the compute
+        if knobs.compute:
             state.step(step, k_cur, v_cur)
         if works is not None:
             _wait(works)
-            k_cur, v_cur = k_next, v_next
-    return None if mode == "comm" else state.result()
+            if knobs.transfers:
+                k_cur, v_cur = k_next, v_next
+            else:
+                held = (k_next, v_next)  # the own block stays the one computed on
+            del k_next, v_next
+    del held
+    if not knobs.compute:  # outputs of the right shapes, for autograd
+        B, n, H, _ = q.shape
+        return torch.empty_like(q), torch.empty((B, H, n), dtype=torch.float32, device=q.device)
+    return state.result()
 
 
-def _ring_backward(ring, ops, q, k, v, o, lse, dout, causal, mode="full"):
+def _ring_backward(ring, ops, q, k, v, o, lse, dout, causal, knobs=_DEFAULT):
     world = ring.world
     state = core.RingBackward(ops, world, ring.rank, q, o, lse, dout, causal)
     k_cur, v_cur = k.contiguous(), v.contiguous()
     dk_acc = dv_acc = None  # float32 accumulators of the K/V block held: they travel with it
     pending = None  # the accumulators' transfer from the previous step, still in flight
+    held = None
     for step in range(world):
         works = None
-        if step + 1 < world and mode != "compute":
+        if step + 1 < world:
             k_next, v_next = torch.empty_like(k_cur), torch.empty_like(v_cur)
-            works = ring.exchange([k_cur, v_cur], [k_next, v_next])
-        if mode != "comm":
+            works = _exchange(ring, knobs, [k_cur, v_cur], [k_next, v_next])
+        if knobs.compute:
             p, dk_blk, dv_blk = state.compute(step, k_cur, v_cur)  # overlaps both transfers
         if pending is not None:
             _wait(pending[0])
             dk_acc, dv_acc = pending[1], pending[2]
-        if mode != "comm":
+            pending = None
+        if knobs.compute:
             dk_acc, dv_acc = state.accumulate(dk_acc, dv_acc, p, dk_blk, dv_blk)
-        elif dk_acc is None:
-            dk_acc = torch.zeros(k_cur.shape, dtype=torch.float32, device=k_cur.device)
-            dv_acc = torch.zeros(v_cur.shape, dtype=torch.float32, device=v_cur.device)
-        if world > 1 and mode != "compute":  # on to the next rank (after the last step: home)
-            dk_next, dv_next = torch.empty_like(dk_acc), torch.empty_like(dv_acc)
-            pending = (ring.exchange([dk_acc, dv_acc], [dk_next, dv_next]), dk_next, dv_next)
+            del p, dk_blk, dv_blk
+        elif dk_acc is None:  # values do not matter: no fill kernel in the transfers' time
+            dk_acc = torch.empty(k_cur.shape, dtype=torch.float32, device=k_cur.device)
+            dv_acc = torch.empty(v_cur.shape, dtype=torch.float32, device=v_cur.device)
+        if world > 1:  # on to the next rank (after the last step: home)
+            send = [dk_acc, dv_acc]
+            if step == world - 1:
+                # Home: the sum is complete, so it travels in the storage dtype (half the bytes
+                # of this transfer, the one no compute hides); the cast at home would give the
+                # same values. (Transfers alone: the same bytes, no cast kernel.)
+                send = ([dk_acc.to(k.dtype), dv_acc.to(v.dtype)] if knobs.compute else
+                        [torch.empty_like(k_cur), torch.empty_like(v_cur)])
+            recv = [torch.empty_like(t) for t in send]
+            works_acc = _exchange(ring, knobs, send, recv)
+            # transfers skipped: the block's own accumulators stay (what the ring would send);
+            # recv is kept as long as the ring keeps it
+            pending = (works_acc, *(recv if knobs.transfers else send), recv)
+            del send, recv
         if works is not None:
             _wait(works)
-            k_cur, v_cur = k_next, v_next
+            if knobs.transfers:
+                k_cur, v_cur = k_next, v_next
+            else:
+                held = (k_next, v_next)
+            del k_next, v_next
+    del held
     if pending is not None:
         _wait(pending[0])
         dk_acc, dv_acc = pending[1], pending[2]
-    if mode == "comm":
-        return None
+    if not knobs.compute:
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     return state.dq(), dk_acc.to(k.dtype), dv_acc.to(v.dtype)
 
 
@@ -210,40 +294,38 @@ def _auto_head_chunks(q, k, backward: bool) -> int:
     return hkv
 
 
-def _forward(ring, ops, q, k, v, causal, chunks, mode="full"):
+def _forward(ring, ops, q, k, v, causal, chunks, knobs=_DEFAULT):
     if chunks == 1:
-        return _ring_forward(ring, ops, q, k, v, causal, mode)
+        return _ring_forward(ring, ops, q, k, v, causal, knobs)
     B, N, Hq, _ = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((B, Hq, N), dtype=torch.float32, device=q.device)
     for q0, q1, k0, k1 in _head_ranges(Hq, k.shape[2], chunks):
-        r = _ring_forward(ring, ops, q[:, :, q0:q1], k[:, :, k0:k1], v[:, :, k0:k1], causal, mode)
-        if r is not None:
-            o[:, :, q0:q1] = r[0]
-            lse[:, q0:q1] = r[1]
-    return None if mode == "comm" else (o, lse)
+        r = _ring_forward(ring, ops, q[:, :, q0:q1], k[:, :, k0:k1], v[:, :, k0:k1], causal, knobs)
+        o[:, :, q0:q1] = r[0]
+        lse[:, q0:q1] = r[1]
+    return o, lse
 
 
-def _backward(ring, ops, q, k, v, o, lse, dout, causal, chunks, mode="full"):
+def _backward(ring, ops, q, k, v, o, lse, dout, causal, chunks, knobs=_DEFAULT):
     if chunks == 1:
-        return _ring_backward(ring, ops, q, k, v, o, lse, dout, causal, mode)
+        return _ring_backward(ring, ops, q, k, v, o, lse, dout, causal, knobs)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     for q0, q1, k0, k1 in _head_ranges(q.shape[2], k.shape[2], chunks):
-        r = _ring_backward(ring, ops, q[:, :, q0:q1], k[:, :, k0:k1], v[:, :, k0:k1],
-                           o[:, :, q0:q1], lse[:, q0:q1].contiguous(), dout[:, :, q0:q1],
-                           causal, mode)
-        if r is not None:
-            dq[:, :, q0:q1], dk[:, :, k0:k1], dv[:, :, k0:k1] = r
-    return None if mode == "comm" else (dq, dk, dv)
+        dq[:, :, q0:q1], dk[:, :, k0:k1], dv[:, :, k0:k1] = _ring_backward(
+            ring, ops, q[:, :, q0:q1], k[:, :, k0:k1], v[:, :, k0:k1], o[:, :, q0:q1],
+            lse[:, q0:q1].contiguous(), dout[:, :, q0:q1], causal, knobs)
+    return dq, dk, dv
 
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, ring, ops, causal, head_chunks):
+    def forward(ctx, q, k, v, ring, ops, causal, head_chunks, knobs):
         chunks = head_chunks or _auto_head_chunks(q, k, backward=False)
-        o, lse = _forward(ring, ops, q, k, v, causal, chunks)
+        o, lse = _forward(ring, ops, q, k, v, causal, chunks, knobs)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.ring, ctx.ops, ctx.causal, ctx.head_chunks = ring, ops, causal, head_chunks
+        ctx.knobs = knobs
         ctx.mark_non_differentiable(lse)
         return o, lse
 
@@ -252,8 +334,8 @@ class _RingAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         chunks = ctx.head_chunks or _auto_head_chunks(q, k, backward=True)
         dq, dk, dv = _backward(ctx.ring, ctx.ops, q, k, v, o, lse, grad_o.contiguous(),
-                               ctx.causal, chunks)
-        return dq, dk, dv, None, None, None, None
+                               ctx.causal, chunks, ctx.knobs)
+        return dq, dk, dv, None, None, None, None, None
 
 
 def ring_attention(q, k, v, *, group=None, causal=False, softmax_scale=None, softcap=0.0,
@@ -277,7 +359,8 @@ def ring_attention(q, k, v, *, group=None, causal=False, softmax_scale=None, sof
     ring = _NcclRing(group)
     sched.check_ring(ring.world, ring.rank, q.shape[1], causal)
     ops = TorchOps(softmax_scale=softmax_scale, softcap=softcap, deterministic=deterministic)
-    o, lse = _RingAttention.apply(q, k, v, ring, ops, bool(causal), head_chunks)
+    knobs = _Knobs.from_env()  # diagnostics only (_Knobs); unset: the ring as documented
+    o, lse = _RingAttention.apply(q, k, v, ring, ops, bool(causal), head_chunks, knobs)
     return (o, lse) if return_lse else o
 
 

@@ -5,6 +5,8 @@
 #include "flashpp/ring.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -65,11 +67,34 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
+// Diagnostics (docs/ring-attention.md "Diagnostics"), read at each ring_forward/ring_backward
+// call; unset, the ring as documented:
+//   FLASHPP_RING_TRANSFERS=skip  no NCCL calls (the events and stream waits stay): every step on
+//                                the rank's own K/V and dK/dV accumulators, "compute alone"
+//                                (results wrong for W > 1);
+//   FLASHPP_RING_OVERLAP=0       each transfer waited for right after it is issued, before the
+//                                compute of its step: the ring without overlap (same results).
+struct Knobs {
+  bool transfers = true, overlap = true;
+};
+
+Knobs knobs_from_env() {
+  auto is = [](const char* name, const char* value) {
+    const char* env = std::getenv(name);
+    return env != nullptr && std::strcmp(env, value) == 0;
+  };
+  Knobs k;
+  k.transfers = !is("FLASHPP_RING_TRANSFERS", "skip");
+  k.overlap = !is("FLASHPP_RING_OVERLAP", "0");
+  return k;
+}
+
 // The ring of `comm`: a high-priority transfer stream, ordered against the compute stream by
 // events (no host synchronisation).
 class RingLinks {
  public:
-  RingLinks(ncclComm_t comm, cudaStream_t stream) : comm_(comm), stream_(stream) {
+  RingLinks(ncclComm_t comm, cudaStream_t stream)
+      : knobs_(knobs_from_env()), comm_(comm), stream_(stream) {
     nccl_check(ncclCommCount(comm, &world), "ncclCommCount");
     nccl_check(ncclCommUserRank(comm, &rank), "ncclCommUserRank");
     int lowest = 0, highest = 0;
@@ -88,23 +113,32 @@ class RingLinks {
 
   // Sends `bytes` of `send` to rank+1 and receives as many into `recv` from rank-1, after the
   // compute stream's work so far; `arrived` is recorded on the transfer stream after both.
+  // Knobs: without transfers only the events and waits; without overlap the compute stream
+  // waits for `arrived` at once. The caller swaps its buffers only when transfers().
   void exchange(const void* send, void* recv, std::size_t bytes, cudaEvent_t arrived) {
     cuda_check(cudaEventRecord(compute_done_, stream_), "cudaEventRecord");
     cuda_check(cudaStreamWaitEvent(transfer_, compute_done_, 0), "cudaStreamWaitEvent");
-    nccl_check(ncclGroupStart(), "ncclGroupStart");
-    nccl_check(ncclSend(send, bytes, ncclUint8, (rank + 1) % world, comm_, transfer_), "ncclSend");
-    nccl_check(ncclRecv(recv, bytes, ncclUint8, (rank + world - 1) % world, comm_, transfer_),
-               "ncclRecv");
-    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    if (knobs_.transfers) {
+      nccl_check(ncclGroupStart(), "ncclGroupStart");
+      nccl_check(ncclSend(send, bytes, ncclUint8, (rank + 1) % world, comm_, transfer_),
+                 "ncclSend");
+      nccl_check(ncclRecv(recv, bytes, ncclUint8, (rank + world - 1) % world, comm_, transfer_),
+                 "ncclRecv");
+      nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    }
     cuda_check(cudaEventRecord(arrived, transfer_), "cudaEventRecord");
+    if (!knobs_.overlap) wait(arrived);
   }
   void wait(cudaEvent_t arrived) {
     cuda_check(cudaStreamWaitEvent(stream_, arrived, 0), "cudaStreamWaitEvent");
   }
 
+  bool transfers() const { return knobs_.transfers; }
+
   int world = 1, rank = 0;
 
  private:
+  Knobs knobs_;
   ncclComm_t comm_;
   cudaStream_t stream_;
   cudaStream_t transfer_ = nullptr;
@@ -244,7 +278,7 @@ void ring_forward(const TensorView& q, const TensorView& k, const TensorView& v,
                  sizes_of(ob), step == 0, stream);
     if (more) {
       ring.wait(kv_arrived);
-      std::swap(cur, next);
+      if (ring.transfers()) std::swap(cur, next);
     }
   }
   launch_store(o_acc.get<float>(), o.data, s.dtype, sizes_of(o), strides_of(o), stream);
@@ -321,11 +355,11 @@ void ring_backward(const TensorView& q, const TensorView& k, const TensorView& v
                       step == 0, stream);
     if (ring.world > 1) {  // on with the block (after the last step: home)
       ring.exchange(dkv_cur, dkv_next, dkv_bytes, dkv_arrived);
-      std::swap(dkv_cur, dkv_next);
+      if (ring.transfers()) std::swap(dkv_cur, dkv_next);
     }
     if (more) {
       ring.wait(kv_arrived);
-      std::swap(cur, next);
+      if (ring.transfers()) std::swap(cur, next);
     }
   }
   if (ring.world > 1) ring.wait(dkv_arrived);

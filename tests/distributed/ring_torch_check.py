@@ -5,7 +5,9 @@ chunks. Run with torchrun (one process per GPU):
     torchrun --nproc-per-node 2 tests/distributed/ring_torch_check.py
 
 Each case also measures both results against a float32 torch reference (materialised scores)
-and applies the FlashAttention criterion: err(ring) <= 2 * err(single GPU) + slack. Rank 0
+and applies the FlashAttention criterion: err(ring) <= 2 * err(single GPU) + slack. The last
+case runs the ring without overlap (the diagnostic FLASHPP_RING_OVERLAP=0) and also requires its
+results bit for bit equal to the plain ring's (both with the deterministic backward). Rank 0
 prints one line per case and, last, "ring_torch: N passed, M failed"; the exit code is 1 on any
 failure.
 """
@@ -40,7 +42,24 @@ def rel(a, b):
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
-def run_case(world, rank, dev, *, causal, Hq, Hkv, dtype, N, D=128, B=1, chunks=None, seed=0):
+def ring_run(q, k, v, dout, world, rank, causal, chunks, env=None, deterministic=False):
+    """ring_attention forward + backward on this rank's zigzag slices, with the environment
+    variables env set for the call (the ring's diagnostic knobs)."""
+    env = env or {}
+    os.environ.update(env)
+    try:
+        loc = [fd.zigzag_split(t, world, rank).requires_grad_() for t in (q, k, v)]
+        o = fd.ring_attention(*loc, causal=causal, head_chunks=chunks,
+                              deterministic=deterministic)
+        o.backward(fd.zigzag_split(dout, world, rank))
+    finally:
+        for key in env:
+            del os.environ[key]
+    return o.detach(), loc[0].grad, loc[1].grad, loc[2].grad
+
+
+def run_case(world, rank, dev, *, causal, Hq, Hkv, dtype, N, D=128, B=1, chunks=None, seed=0,
+             env=None):
     gen = torch.Generator(device=dev).manual_seed(seed)  # the same tensors on every rank
     mk = lambda h: torch.randn(B, N, h, D, device=dev, dtype=dtype, generator=gen)  # noqa: E731
     q, k, v, dout = mk(Hq), mk(Hkv), mk(Hkv), mk(Hq)
@@ -51,17 +70,20 @@ def run_case(world, rank, dev, *, causal, Hq, Hkv, dtype, N, D=128, B=1, chunks=
     single = (o1.detach(), qs.grad, ks.grad, vs.grad)
     ref = reference(q, k, v, dout, causal)
     # the ring
-    loc = [fd.zigzag_split(t, world, rank).requires_grad_() for t in (q, k, v)]
-    o = fd.ring_attention(*loc, causal=causal, head_chunks=chunks)
-    o.backward(fd.zigzag_split(dout, world, rank))
-    ring = (o.detach(), loc[0].grad, loc[1].grad, loc[2].grad)
+    # With env (a diagnostic knob that must not change the results): the deterministic backward
+    # (the default one adds dQ with atomics), and bit for bit the results of the plain ring.
+    ring = ring_run(q, k, v, dout, world, rank, causal, chunks, env, deterministic=bool(env))
+    same = True
+    if env:
+        plain = ring_run(q, k, v, dout, world, rank, causal, chunks, deterministic=True)
+        same = all(torch.equal(a, b) for a, b in zip(ring, plain))
     errs = []
     for got, one, want in zip(ring, single, ref):
         one_l, want_l = fd.zigzag_split(one, world, rank), fd.zigzag_split(want, world, rank)
         errs += [rel(got, one_l), rel(got, want_l), rel(one_l, want_l)]
-    t = torch.tensor(errs, device=dev, dtype=torch.float64)
+    t = torch.tensor(errs + [0.0 if same else 1.0], device=dev, dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    errs = t.tolist()
+    errs, same = t.tolist()[:-1], t[-1].item() == 0
     tol = 2e-2 if dtype == torch.bfloat16 else 5e-3
     ok = True
     parts = []
@@ -70,8 +92,12 @@ def run_case(world, rank, dev, *, causal, Hq, Hkv, dtype, N, D=128, B=1, chunks=
         good = vs_single < tol and vs_ref <= 2 * single_ref + 1e-3
         ok &= good
         parts.append(f"{name} {vs_single:.1e}/{vs_ref:.1e}/{single_ref:.1e}{'' if good else '!'}")
+    if env:
+        ok &= same
+        parts.append(f"bitwise-equal-to-ring={'yes' if same else 'NO!'}")
     label = (f"W={world} N={N} B={B} Hq={Hq} Hkv={Hkv} D={D} {str(dtype)[6:]} causal={int(causal)}"
-             f" chunks={chunks or 'auto'}")
+             f" chunks={chunks or 'auto'}" + "".join(f" {name}={val}" for name, val in (env or {}).items()) +
+             (" deterministic" if env else ""))
     return ok, f"{label}: {' '.join(parts)} {'PASS' if ok else 'FAIL'}"
 
 
@@ -103,6 +129,9 @@ def main():
         dict(causal=True, Hq=8, Hkv=2, dtype=fp16, N=2048, B=2, D=64),
         dict(causal=True, Hq=8, Hkv=4, dtype=bf16, N=4096, chunks=2),
         dict(causal=False, Hq=4, Hkv=4, dtype=bf16, N=2 * world * 100, chunks=4),  # odd tiles
+        # the ring without overlap (the bench's "serial"): the same results, bit for bit
+        dict(causal=True, Hq=8, Hkv=4, dtype=bf16, N=4096, chunks=2,
+             env={"FLASHPP_RING_OVERLAP": "0"}),
     ]
     if cpu:
         for case in cases:

@@ -104,3 +104,64 @@ def test_ring_attention_gloo(world, causal, heads, chunks):
         assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
     for r in range(world):
         assert max(errors[r]) < 1e-5, (r, errors[r])
+
+
+def _gloo_knobs_worker(rank, world, init_file, results):
+    """The diagnostic knobs (flashpp.distributed._Knobs) on the real driver: the ring without
+    overlap gives the ring's results bit for bit; without transfers or without compute it runs
+    through forward and backward with outputs of the right shapes."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
+    try:
+        q, k, v, dout = _case("cpu", torch.float32, 2 * world * 8, 4, 2, D=32, B=2)
+        loc0 = [fd.zigzag_split(t, world, rank) for t in (q, k, v)]
+        dout_loc = fd.zigzag_split(dout, world, rank)
+        out = {}
+        for name, env in (("ring", {}), ("serial", {"FLASHPP_RING_OVERLAP": "0"}),
+                          ("no_transfers", {"FLASHPP_RING_TRANSFERS": "skip"}),
+                          ("no_compute", {"FLASHPP_RING_COMPUTE": "skip"})):
+            os.environ.update(env)
+            try:
+                loc = [t.clone().requires_grad_() for t in loc0]
+                o = fd.ring_attention(*loc, causal=True, head_chunks=2)
+                o.backward(dout_loc)
+            finally:
+                for key in env:
+                    del os.environ[key]
+            out[name] = [o.detach()] + [t.grad for t in loc]
+        same = all(torch.equal(a, b) for a, b in zip(out["ring"], out["serial"]))
+        shapes = all(a.shape == b.shape for n in ("no_transfers", "no_compute")
+                     for a, b in zip(out["ring"], out[n]))
+        finite = all(torch.isfinite(t).all().item() for t in out["no_transfers"])
+        results[rank] = (same, shapes, finite)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ring_attention_gloo_diagnostic_knobs():
+    world = 2
+    mp = torch.multiprocessing.get_context("spawn")
+    results = mp.Manager().dict()
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [mp.Process(target=_gloo_knobs_worker,
+                            args=(r, world, os.path.join(tmp, "init"), results))
+                 for r in range(world)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(120)
+        assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    for r in range(world):
+        assert results[r] == (True, True, True), (r, results[r])
+
+
+def test_diagnostic_knobs_reject_unknown_values(monkeypatch):
+    monkeypatch.setenv("FLASHPP_RING_OVERLAP", "off")
+    with pytest.raises(ValueError):
+        fd._Knobs.from_env()
+    monkeypatch.setenv("FLASHPP_RING_OVERLAP", "0")
+    monkeypatch.setenv("FLASHPP_RING_TRANSFERS", "skip")
+    knobs = fd._Knobs.from_env()
+    assert (knobs.transfers, knobs.compute, knobs.overlap) == (False, True, False)
