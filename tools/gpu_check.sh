@@ -5,7 +5,7 @@
 # and the table. Logs go to $OUT (the device tool's folder) or ./gpu-check-out.
 #
 #   tools/gpu_check.sh [--quick] [--fwd-only] [--no-tests] [--no-sanitizer] [--parallel-sanitizer]
-#                      [--no-bench] [--no-poison]
+#                      [--parallel] [--pass "VAR=VALUE" FILTER]... [--no-bench] [--no-poison]
 #                      [--archs "80;90a"] [--filter GTEST_FILTER] [--bench-args "..."]
 #                      [--variants "1 2 3"] [--variant NAME "NVCC FLAGS"]... [--variant-args "..."]
 #                      [--baseline DIR] [--deadline SECONDS]
@@ -14,6 +14,10 @@
 # with each other and with the test passes (they only check correctness, so sharing the GPU and
 # the cores changes no result), and collect them before the benchmark: a check that fits one
 # time-limited call. Each is cut at the deadline (timeout), which then counts as not run.
+# --parallel: --parallel-sanitizer, and the test passes below (the environment passes of a Hopper
+# build and any --pass) run side by side with the main pass too (needs the GPU memory of several
+# large-tensor tests at once: fine on an H200, tight on an H100). --pass "VAR=VALUE" FILTER
+# (repeatable): one more pass of the test binary with VAR=VALUE set, over the tests FILTER.
 # --no-poison: run the tests on the plain build (by default they run on a -DFLASHPP_POISON=ON build,
 # where kernels NaN-fill their shared memory and the backward its workspace before use).
 # --deadline: skip the remaining stages (sanitizer, benchmark, variants) once this many seconds
@@ -36,7 +40,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 POISON=1 QUICK="" FWD_ONLY="" RUN_TESTS=1 RUN_SAN=1 RUN_BENCH=1 ARCHS="" FILTER="*" BENCH_ARGS="" VARIANTS="" DEADLINE=1000000
-NAMED_VARIANTS=() VARIANT_FLAGS=() VARIANT_ARGS="--quick --peers none --dtypes fp16" AB=0 BASELINE="" PAR_SAN=0
+NAMED_VARIANTS=() VARIANT_FLAGS=() VARIANT_ARGS="--quick --peers none --dtypes fp16" AB=0 BASELINE="" PAR_SAN=0 PAR_TESTS=0
+EXTRA_PASSES=() EXTRA_FILTERS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=--quick ;;
@@ -44,6 +49,8 @@ while [ $# -gt 0 ]; do
     --no-tests) RUN_TESTS=0 ;;
     --no-sanitizer) RUN_SAN=0 ;;
     --parallel-sanitizer) PAR_SAN=1 ;;
+    --parallel) PAR_SAN=1; PAR_TESTS=1 ;;
+    --pass) EXTRA_PASSES+=("$2"); EXTRA_FILTERS+=("$3"); shift 2 ;;
     --no-bench) RUN_BENCH=0 ;;
     --no-poison) POISON=0 ;;
     --archs) ARCHS="$2"; shift ;;
@@ -170,6 +177,46 @@ if [ "$RUN_SAN" = 1 ] && [ "$PAR_SAN" = 1 ]; then
     SAN_PIDS+=("$tool:$!")
   done
 fi
+# The passes after the main one: on Hopper builds the main pass ran the sm90 forward and backward
+# wherever they apply; the oracle tests run again with the sm90 backward off
+# (FLASHPP_SM90_BACKWARD=0: the sm80 backward behind the sm90 forward, as softcap/dropout users
+# get), the deterministic tests with the sm90 deterministic mode opted in (=1), and on the
+# portable family alone (FLASHPP_CUDA_FAMILY=sm80), which Ampere/Ada users get. Then any --pass.
+PASSES=() PASS_FILTERS=()
+if [[ "$ARCHS" == *90a* ]]; then
+  PASSES+=("FLASHPP_SM90_BACKWARD=0" "FLASHPP_SM90_BACKWARD=1" "FLASHPP_CUDA_FAMILY=sm80")
+  # =1 adds only the sm90 deterministic mode (opt-in) to what the main pass ran.
+  PASS_FILTERS+=("$FILTER:-*Families*:*Sm90*:Primitives*" "CudaBackward.*Determin*:CudaBackward.Empty*"
+                 "$FILTER:-*Families*:*Sm90*:Primitives*")
+fi
+PASSES+=("${EXTRA_PASSES[@]}") PASS_FILTERS+=("${EXTRA_FILTERS[@]}")
+run_pass() {  # run_pass VAR=VALUE FILTER LOG
+  env "$1" "$TESTS" --gtest_filter="$2" >"$3" 2>&1
+}
+pass_result() {  # pass_result VAR=VALUE LOG STATUS
+  if [ "$3" = 0 ]; then
+    SUMMARY+=("gpu tests ($1): $(grep -E '^\[  PASSED  \]' "$2" | head -1)")
+  elif [ "$3" = 124 ]; then
+    status=1
+    SUMMARY+=("gpu tests ($1): NOT RUN to the end (cut at the deadline)")
+  else
+    status=1
+    grep -E "Failure|FAILED|Expected|Which is" "$2" | head -20
+    SUMMARY+=("gpu tests ($1): FAILED: $(grep -E '^\[  FAILED  \] [A-Za-z]' "$2" | tr '\n' ' ')")
+  fi
+}
+PASS_PIDS=()
+if [ "$RUN_TESTS" = 1 ] && [ "$PAR_TESTS" = 1 ]; then
+  left=$(( DEADLINE - ($(date +%s) - START) ))
+  [ "$left" -gt 1000000 ] && left=1000000
+  for idx in "${!PASSES[@]}"; do
+    echo "== GPU tests, ${PASSES[$idx]} (in the background) =="
+    log="$OUT/gpu_tests_${PASSES[$idx]//=/_}.log"
+    ( timeout "$left" bash -c "$(declare -f run_pass); TESTS='$TESTS' run_pass '${PASSES[$idx]}' '${PASS_FILTERS[$idx]}' '$log'" ) &
+    PASS_PIDS+=("$!")
+  done
+fi
+
 if [ "$RUN_TESTS" = 1 ]; then
   echo "== GPU tests =="
   t0=$(date +%s)
@@ -180,27 +227,16 @@ if [ "$RUN_TESTS" = 1 ]; then
     grep -E "Failure|FAILED|error|Expected|Which is|describe|B=" "$OUT/gpu_tests.log" | head -40
     SUMMARY+=("gpu tests: FAILED: $(grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/gpu_tests.log" | tr '\n' ' ')")
   fi
-fi
-
-# On Hopper builds the tests above ran the sm90 forward and backward wherever they apply; run the
-# oracle tests again with the sm90 backward off (FLASHPP_SM90_BACKWARD=0: the sm80 backward
-# behind the sm90 forward, as softcap/dropout users get), the deterministic tests with the sm90
-# deterministic mode opted in (=1), and on the portable family alone (FLASHPP_CUDA_FAMILY=sm80),
-# which Ampere/Ada users get.
-if [ "$RUN_TESTS" = 1 ] && [[ "$ARCHS" == *90a* ]]; then
-  for pass in "FLASHPP_SM90_BACKWARD=0" "FLASHPP_SM90_BACKWARD=1" "FLASHPP_CUDA_FAMILY=sm80"; do
-    time_left "gpu tests ($pass)" || continue
-    echo "== GPU tests, $pass =="
-    log="$OUT/gpu_tests_${pass//=/_}.log"
-    pass_filter="$FILTER:-*Families*:*Sm90*"
-    # =1 adds only the sm90 deterministic mode (opt-in) to what the main pass ran.
-    [ "$pass" = "FLASHPP_SM90_BACKWARD=1" ] && pass_filter="CudaBackward.*Determin*:CudaBackward.Empty*"
-    if env "$pass" "$TESTS" --gtest_filter="$pass_filter" >"$log" 2>&1; then
-      SUMMARY+=("gpu tests ($pass): $(grep -E '^\[  PASSED  \]' "$log" | head -1)")
+  for idx in "${!PASSES[@]}"; do
+    log="$OUT/gpu_tests_${PASSES[$idx]//=/_}.log"
+    if [ "$PAR_TESTS" = 1 ]; then
+      wait "${PASS_PIDS[$idx]}"
+      pass_result "${PASSES[$idx]}" "$log" $?
     else
-      status=1
-      grep -E "Failure|FAILED|Expected|Which is" "$log" | head -20
-      SUMMARY+=("gpu tests ($pass): FAILED: $(grep -E '^\[  FAILED  \] [A-Za-z]' "$log" | tr '\n' ' ')")
+      time_left "gpu tests (${PASSES[$idx]})" || continue
+      echo "== GPU tests, ${PASSES[$idx]} =="
+      run_pass "${PASSES[$idx]}" "${PASS_FILTERS[$idx]}" "$log"
+      pass_result "${PASSES[$idx]}" "$log" $?
     fi
   done
 fi
