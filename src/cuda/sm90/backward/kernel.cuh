@@ -325,23 +325,28 @@ __device__ __forceinline__ void to_a_fragments(std::uint32_t (&a)[kTiles / 2][4]
 
 // A consumer hands a step's buffers back to the producer once its reads of them are done: the
 // wgmma reads of Q and dO (complete after wait_group 0) and each thread's own loads of lse and
-// delta. Every consumer thread arrives on the step's empty barrier, so each thread's loads are
-// ordered before the producer's next bulk copy into that buffer by the barrier alone; this is
-// what compute-sanitizer's racecheck can follow. FLASHPP_SM90_BWD_WARP_RELEASE=1 (compile
-// definition, for A/B runs) keeps the earlier form, one arrival per warp after __syncwarp, which
-// racecheck reports as a write-after-read hazard on lse/delta.
-#ifndef FLASHPP_SM90_BWD_WARP_RELEASE
-#define FLASHPP_SM90_BWD_WARP_RELEASE 0
+// delta, which the producer's next bulk copy into that buffer must follow. FLASHPP_SM90_BWD_RELEASE
+// (compile definition) picks how:
+//   0  one arrival per warp after __syncwarp. Ordered by the PTX memory model (bar.warp.sync
+//      orders the warp's loads before lane 0's release), but compute-sanitizer's racecheck does
+//      not follow that chain and reports a write-after-read hazard on lse/delta.
+//   1  every consumer thread arrives (each thread's loads ordered by its own arrival).
+//   2  the warpgroup meets at a named barrier, then one thread arrives (default).
+#ifndef FLASHPP_SM90_BWD_RELEASE
+#define FLASHPP_SM90_BWD_RELEASE 2
 #endif
-constexpr int kStepReleases = FLASHPP_SM90_BWD_WARP_RELEASE ? 4 : 128;  // per consumer warpgroup
+constexpr int kStepReleases = FLASHPP_SM90_BWD_RELEASE == 0 ? 4 : (FLASHPP_SM90_BWD_RELEASE == 1 ? 128 : 1);
 
-template <typename Traits>
-__device__ __forceinline__ void release_step(std::uint64_t* empty, int lane) {
-  if constexpr (FLASHPP_SM90_BWD_WARP_RELEASE) {
+// `release_barrier`: a named barrier of this warpgroup's 128 threads (form 2).
+__device__ __forceinline__ void release_step(std::uint64_t* empty, int lane, int release_barrier) {
+  if constexpr (FLASHPP_SM90_BWD_RELEASE == 0) {
     __syncwarp();
     if (lane == 0) ptx::mbarrier_arrive(empty);
-  } else {
+  } else if constexpr (FLASHPP_SM90_BWD_RELEASE == 1) {
     ptx::mbarrier_arrive(empty);
+  } else {
+    ptx::named_barrier_sync(release_barrier, 128);
+    if (threadIdx.x % 128 == 0) ptx::mbarrier_arrive(empty);
   }
 }
 
@@ -357,6 +362,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
   const int ds_barrier = Traits::kBlockDq ? 1 : 1 + consumer;
   const int ds_threads = Traits::kBlockDq ? 128 * Traits::kConsumers : 128;
   const int turn_barrier = 1 + Traits::kConsumers + consumer;  // deterministic mode: this consumer
+  const int release_barrier = 1 + 2 * Traits::kConsumers + consumer;  // release_step's form 2
   const std::int64_t key0 = tile.n0 + consumer * 64 + warp * 16;  // this warp's first key
   const unsigned char* k_rows = smem.k() + consumer * 64 * 128;
   const unsigned char* v_rows = smem.v() + consumer * 64 * 128;
@@ -403,7 +409,10 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
         float prob = fast_exp2(fmaf(s_t[nt][c], p.scale_log2, -((c & 1) ? lse.y : lse.x)));
         if (needs_mask) {
           const std::int64_t j = key0 + g + 8 * (c >> 1), i = st.m0 + col;
-          if (!element_visible(p.mask, p.k_len, i, j)) prob = 0.0f;
+          // element_visible (common/tile_range.hpp) written out: calling it made ptxas keep
+          // per-element predicates on every tile (+4% instructions; the D=64 backward 13% slower
+          // on an H200, session 13 run 3).
+          if (j >= p.k_len || !p.mask.visible(i, j)) prob = 0.0f;
         }
         float dp = dp_t[nt][c];
         if constexpr (Traits::kDropout) {  // P~ = P z for dV; dS = P (dP z - delta)
@@ -452,7 +461,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kDqColumns / 2]>(dq));
     ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockM / 4]>(p_a));
     ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockM / 4]>(ds_a));
-    release_step<Traits>(smem.step_empty(s), lane);
+    release_step(smem.step_empty(s), lane, release_barrier);
 
     // dQ += into the fragment-ordered float32 accumulator (common/dq_accum.cuh, shared with
     // the sm80 family and its postprocess): one 16-byte red per fragment, no barrier. (A staging

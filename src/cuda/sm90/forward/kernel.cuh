@@ -1,9 +1,9 @@
 // The FlashAttention forward for Hopper (sm_90a): TMA loads, wgmma products, warp specialisation.
 //
 // A work item is one query tile (64 rows per consumer warpgroup) of one (batch, head). The grid is
-// persistent: one block per SM, each taking items blockIdx.x, blockIdx.x + gridDim.x, ... (or,
-// with FLASHPP_SM90_FWD_PERSISTENT=0 and by default under a mask, one block per item; under a
-// mask FLASHPP_SM90_FWD_WALK=snake|dynamic picks another walk: ItemWalk). Its warpgroups take two
+// persistent: one block per SM, each taking items blockIdx.x, blockIdx.x + gridDim.x, ... without a
+// mask, and the items of a snake walk under one (ItemWalk; FLASHPP_SM90_FWD_WALK and
+// FLASHPP_SM90_FWD_PERSISTENT=0 give one block per item instead). Its warpgroups take two
 // roles:
 //   producer (warpgroup 0, one thread): per item, loads the Q tile, then streams K and V tiles
 //     through a ring of `stages` shared-memory buffers with bulk tensor copies (TMA); each buffer
@@ -40,14 +40,12 @@
 #include "../../ptx/warpgroup.cuh"
 #include "../../ptx/wgmma.cuh"
 #include "../../common/poison.cuh"
-#include "exp2_split.cuh"
 
 namespace flashpp::cuda::sm90 {
 
 // Kernel parameters: the family-neutral ForwardParams plus the tensor maps of Q, K and V (boxes of
 // block_m or block_n rows x 64 columns, 128-byte swizzled; coordinates (column, row, head, batch)),
-// and the launch's items (q_tiles query tiles x heads batch*head pairs; the persistent grid) with
-// the dynamic walk's item counter (ItemWalk).
+// and the launch's items (q_tiles query tiles x heads batch*head pairs; the persistent grid).
 struct Sm90ForwardParams {
   ForwardParams args;
   CUtensorMap q_map;
@@ -55,7 +53,6 @@ struct Sm90ForwardParams {
   CUtensorMap v_map;
   std::int64_t q_tiles;
   std::int64_t heads;
-  unsigned long long* item_counter;  // WalkKind::dynamic: zero at launch, left zero
 };
 
 template <typename Element_, int kHeadDim_, typename Config>
@@ -82,14 +79,13 @@ struct Sm90ForwardTraits {
   static constexpr int kQPanelBytes = kBlockM * 128;
   static constexpr int kKVPanelBytes = kBlockN * 128;
   static constexpr int kBarriers = 2 + 4 * kStages;  // Q full/empty; per stage K/V full, K/V empty
-  static constexpr int kControlBytes = 8 * kBarriers + 8;  // the barriers, then the item's index
   static constexpr int kMaxSmemBytes = 227 * 1024;
   // O gets a staging buffer of its own where it fits; then the Q tile is free for the next item
   // as soon as the last S = Q K^T has completed, instead of after the epilogue.
   static constexpr bool kSeparateOutput =
-      2 * QTile::kBytes + 2 * kStages * KVTile::kBytes + kControlBytes <= kMaxSmemBytes;
+      2 * QTile::kBytes + 2 * kStages * KVTile::kBytes + 8 * kBarriers <= kMaxSmemBytes;
   static constexpr int kTileBytes = (kSeparateOutput ? 2 : 1) * QTile::kBytes;
-  static constexpr int kSmemBytes = kTileBytes + 2 * kStages * KVTile::kBytes + kControlBytes;
+  static constexpr int kSmemBytes = kTileBytes + 2 * kStages * KVTile::kBytes + 8 * kBarriers;
   static_assert(kSmemBytes <= kMaxSmemBytes, "shared memory of one Hopper block");
 
   // Registers per thread after the reallocation (the block's 64K split between the roles).
@@ -101,7 +97,7 @@ struct Sm90ForwardTraits {
 };
 
 // Shared memory: tiles first (the base is 1024-byte aligned, every panel a multiple of 1024 bytes):
-// Q, O's staging buffer (if separate), K and V per stage; then the barriers and the item slot.
+// Q, O's staging buffer (if separate), K and V per stage; then the barriers.
 template <typename Traits>
 struct SharedStorage {
   using Element = typename Traits::Element;
@@ -131,11 +127,6 @@ struct SharedStorage {
   }
   __device__ std::uint64_t* v_empty(int stage) const {
     return barriers() + 2 + 3 * Traits::kStages + stage;
-  }
-  // The launch position of the item whose Q tile q_full announces (written by the producer
-  // before its arrival there, read by the consumers after their wait; the dynamic walk's hand-off).
-  __device__ std::int64_t* item() const {
-    return reinterpret_cast<std::int64_t*>(barriers() + Traits::kBarriers);
   }
 };
 
@@ -216,22 +207,13 @@ __device__ __forceinline__ ForwardTile forward_tile(const ForwardParams& p) {
                               gridDim.x, gridDim.y);
 }
 
-// How the blocks of a launch share its items (FLASHPP_SM90_FWD_WALK, launch.cuh):
+// How the blocks of a launch share its items (launch.cuh, walk_grid):
 //   stride   block b takes launch positions b, b + G, b + 2G, ... (G = gridDim.x); a grid of one
-//            block per item gives each block one. Every persistent grid without a mask.
+//            block per item gives each block one. The persistent grid without a mask.
 //   snake    the positions of each head group dealt in rounds of G alternating direction
 //            (common/block_order.cuh, snake_next): a block that took one of a round's longest
-//            items takes one of the next round's shortest.
-//   dynamic  block b takes position b, then whatever an atomic counter hands out next: the
-//            producer thread fetches the next position while it loads the current item's last K/V
-//            tile, and passes each position to the consumers through SharedStorage::item(),
-//            ordered by the Q tile's full barrier. The counter is zero at launch (launch.cuh gives
-//            every stream its own, zeroed once) and the launch leaves it zero: the counter hands out
-//            positions G, G+1, ... and then one end mark per block, items fetches in all, and the
-//            block that makes the last one resets it (no other block touches it after).
-//            The next launch on the stream must not start before this one ends (no programmatic
-//            dependent launch).
-enum class WalkKind : int { stride = 0, snake = 1, dynamic = 2 };
+//            items takes one of the next round's shortest. The persistent grid under a mask.
+enum class WalkKind : int { stride = 0, snake = 1 };
 
 // A kernel instantiation per walk (the walk's state costs the producer registers it does not have
 // at 24 per thread when the walk is a run-time choice); the stride walk's loops are the ones the
@@ -242,21 +224,9 @@ struct ItemWalk {
   struct Cursor {
     std::int64_t group_start = 0, round = 0;
   };
-  // The block's next position (snake; for dynamic the first one, blockIdx.x); false when the
-  // block has no further item.
+  // The block's next position (the snake walk); false when the block has no further item.
   __device__ bool next(Cursor& c, std::int64_t& linear) const {
-    if constexpr (kWalk == WalkKind::snake) {
-      return snake_next(items, group_items, gridDim.x, blockIdx.x, c.group_start, c.round, linear);
-    } else {
-      linear = blockIdx.x;
-      return c.round++ == 0;  // the launch has at least as many items as blocks
-    }
-  }
-  // WalkKind::dynamic, producer thread: the next position (items or above: none left).
-  __device__ std::int64_t fetch(unsigned long long* counter) const {
-    const unsigned long long taken = atomicAdd(counter, 1ull);
-    if (taken == static_cast<unsigned long long>(items) - 1) atomicExch(counter, 0ull);
-    return static_cast<std::int64_t>(gridDim.x) + static_cast<std::int64_t>(taken);
+    return snake_next(items, group_items, gridDim.x, blockIdx.x, c.group_start, c.round, linear);
   }
 };
 
@@ -271,24 +241,19 @@ __device__ __forceinline__ void wait_buffer_empty(std::uint64_t* empty, int stag
   if (j >= stages) mbarrier_wait(empty, static_cast<std::uint32_t>(j / stages - 1) & 1u);
 }
 
-// The copies of one item (launch position `linear`). `items_done`: items this block finished
+// The copies of one item. `items_done`: items this block finished
 // before (the Q tile's turn); `ring`: K/V tiles this block loaded before (the ring position,
 // advanced here). Every item completes q_full once (an item without keys with a plain arrival),
-// after the consumers released the previous item's Q tile; with kWriteItem (the dynamic walk) it
-// writes its position into the item slot before that arrival. `before_last` runs once, before the
-// copies of the item's last K/V tile (before everything where it has none): the dynamic walk
-// fetches the next position there, so that the atomic's latency hides behind the buffer waits.
-template <typename Traits, bool kWriteItem = false, typename BeforeLast>
+// after the consumers released the previous item's Q tile.
+template <typename Traits>
 __device__ __forceinline__ void load_item(const Sm90ForwardParams& params,
                                           const SharedStorage<Traits>& smem,
-                                          const ForwardTile& tile, std::int64_t linear,
-                                          int items_done, int& ring, BeforeLast&& before_last) {
+                                          const ForwardTile& tile, int items_done, int& ring) {
   const int h = static_cast<int>(tile.h), h_kv = static_cast<int>(tile.h_kv);
   const int b = static_cast<int>(tile.b);
   const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
   auto load_q = [&] {
     if (items_done > 0) mbarrier_wait(smem.q_empty(), static_cast<std::uint32_t>(items_done - 1) & 1u);
-    if constexpr (kWriteItem) *smem.item() = linear;  // every consumer read the previous one
     if (num_tiles == 0) {
       ptx::mbarrier_arrive(smem.q_full());
       return;
@@ -300,12 +265,8 @@ __device__ __forceinline__ void load_item(const Sm90ForwardParams& params,
                   &params.q_map, panel * 64, static_cast<int>(tile.m0), h, b, smem.q_full());
     }
   };
-  if (num_tiles == 0) {
-    before_last();
-    load_q();
-  }
+  if (num_tiles == 0) load_q();
   for (int j = 0; j < num_tiles; ++j) {
-    if (j == num_tiles - 1) before_last();
     const int slot = ring + j;
     const int stage = slot % Traits::kStages;
     wait_buffer_empty(smem.k_empty(stage), Traits::kStages, slot);
@@ -335,34 +296,15 @@ __device__ __forceinline__ void producer_loop(const Sm90ForwardParams& params,
   int ring = 0, items_done = 0;
   if constexpr (kWalk == WalkKind::stride) {
     for (std::int64_t linear = blockIdx.x; linear < walk.items; linear += gridDim.x, ++items_done) {
-      load_item<Traits>(params, smem,
-                        forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads), linear,
-                        items_done, ring, [] {});
+      load_item<Traits>(params, smem, forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
+                        items_done, ring);
     }
   } else {
-    constexpr bool kDynamic = kWalk == WalkKind::dynamic;
     typename ItemWalk<kWalk>::Cursor cursor;
     std::int64_t linear = 0;
-    for (bool more = walk.next(cursor, linear); more; ++items_done) {
-      std::int64_t fetched = 0;
-      auto fetch_next = [&] {
-        if constexpr (kDynamic) fetched = walk.fetch(params.item_counter);
-      };
-      load_item<Traits, kDynamic>(params, smem,
-                                  forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
-                                  linear, items_done, ring, fetch_next);
-      if constexpr (kDynamic) {
-        linear = fetched;
-        more = linear < walk.items;
-      } else {
-        more = walk.next(cursor, linear);
-      }
-    }
-    // The dynamic walk's end mark: the consumers learn from the item slot that none is left.
-    if constexpr (kDynamic) {
-      mbarrier_wait(smem.q_empty(), static_cast<std::uint32_t>(items_done - 1) & 1u);
-      *smem.item() = linear;
-      ptx::mbarrier_arrive(smem.q_full());
+    for (; walk.next(cursor, linear); ++items_done) {
+      load_item<Traits>(params, smem, forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
+                        items_done, ring);
     }
   }
 }
@@ -435,14 +377,13 @@ __device__ __forceinline__ void release_buffer(std::uint64_t* empty, int lane) {
 
 // One item of one consumer warpgroup. kExtras: the instantiation that also handles softcap and
 // dropout (their code costs registers, so the plain one leaves it out). `items_done` and `ring`
-// as for load_item (ring advanced here). `q_ready`: the caller has waited for q_full already (the
-// dynamic walk, which reads the item's position after that wait).
+// as for load_item (ring advanced here).
 template <typename Traits, bool kExtras>
 __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
                                               const SharedStorage<Traits>& smem,
                                               const ForwardTile& tile, int consumer,
                                               const IssueTurns<Traits::kConsumers>& turns,
-                                              int items_done, int& ring, bool q_ready) {
+                                              int items_done, int& ring) {
   const ForwardParams& p = params.args;
   const int lane = threadIdx.x & 31;
   const int warp_in_group = (threadIdx.x / 32) & 3;
@@ -458,7 +399,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     for (int c = 0; c < 4; ++c) o[0][dt][c] = 0.0f;
 
   const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
-  if (!q_ready) mbarrier_wait(smem.q_full(), static_cast<std::uint32_t>(items_done) & 1u);
+  mbarrier_wait(smem.q_full(), static_cast<std::uint32_t>(items_done) & 1u);
   if (num_tiles == 0 && Traits::kSeparateOutput) release_buffer(smem.q_empty(), lane);
   if (num_tiles > 0) {
     const auto bh32 = static_cast<std::uint32_t>(tile.bh);
@@ -471,8 +412,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
       if (kExtras && p.softcap > 0.0f) apply_softcap<Traits>(s, p);
       if (tile.keys.needs_mask(n_block)) apply_mask<Traits>(s, p, row0, n0, lane);
       const SoftmaxCorrection<Traits> correction =
-          online_softmax_update_split<Traits, kExp2PolyPeriod<Traits::kHeadDim>>(s, row_max, row_sum,
-                                                                                p.scale_log2);
+          online_softmax_update<Traits>(s, row_max, row_sum, p.scale_log2);
       if (dropout) {
         if constexpr (kDropoutBySigns<Traits>) {
           dropout_signs<Traits>(keep, p, bh32, row0, n0, lane);
@@ -575,23 +515,15 @@ __device__ __forceinline__ void consumer_loop(const Sm90ForwardParams& params,
     for (std::int64_t linear = blockIdx.x; linear < walk.items; linear += gridDim.x, ++items_done) {
       consumer_item<Traits, kExtras>(params, smem,
                                      forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
-                                     consumer, turns, items_done, ring, false);
+                                     consumer, turns, items_done, ring);
     }
   } else {
-    constexpr bool kDynamic = kWalk == WalkKind::dynamic;
     typename ItemWalk<kWalk>::Cursor cursor;
-    for (;; ++items_done) {
-      std::int64_t linear;
-      if constexpr (kDynamic) {
-        mbarrier_wait(smem.q_full(), static_cast<std::uint32_t>(items_done) & 1u);
-        linear = *smem.item();
-        if (linear >= walk.items) break;
-      } else {
-        if (!walk.next(cursor, linear)) break;
-      }
+    std::int64_t linear = 0;
+    for (; walk.next(cursor, linear); ++items_done) {
       consumer_item<Traits, kExtras>(params, smem,
                                      forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
-                                     consumer, turns, items_done, ring, kDynamic);
+                                     consumer, turns, items_done, ring);
     }
   }
   turns.finish();

@@ -43,41 +43,36 @@ struct WalkChoice {
   WalkKind walk;
 };
 
-// The walk that FLASHPP_SM90_FWD_WALK asks of a masked call's persistent grid: "stride", "snake"
-// or "dynamic"; unset (or anything else): none, one block per item.
-inline bool masked_walk_from_env(WalkKind* walk) {
+// A masked call's walk: the snake walk on a persistent grid by default; FLASHPP_SM90_FWD_WALK=
+// stride takes the stride walk, =none one block per item (A/B runs; read at every call).
+// false: one block per item.
+inline bool masked_walk(WalkKind* walk) {
   const char* env = std::getenv("FLASHPP_SM90_FWD_WALK");
-  if (env == nullptr) return false;
-  if (std::strcmp(env, "stride") == 0) return *walk = WalkKind::stride, true;
-  if (std::strcmp(env, "snake") == 0) return *walk = WalkKind::snake, true;
-  if (std::strcmp(env, "dynamic") == 0) return *walk = WalkKind::dynamic, true;
-  return false;
+  *walk = WalkKind::snake;
+  if (env == nullptr) return true;
+  if (std::strcmp(env, "none") == 0) return false;
+  if (std::strcmp(env, "stride") == 0) *walk = WalkKind::stride;
+  return true;
 }
 
-// The bf16/fp16 forward's grid: persistent where every item costs the same (no mask), one block
-// per item under a mask, where the hardware's block scheduler balances items of unequal cost
-// better than a fixed walk (session 12 run 3, H100, bf16, D=128, causal: N=4096 547 TFLOPS
-// persistent against 580 per item; without a mask at N=1024 565 against 515).
-// FLASHPP_SM90_FWD_PERSISTENT=0 / =1 forces either (A/B runs; read at every call, as the A/B
-// tools set it per call). FLASHPP_SM90_FWD_WALK=stride|snake|dynamic gives masked calls a
-// persistent grid with that walk (kernel.cuh, ItemWalk; unmasked calls keep the stride walk);
-// with PERSISTENT=1 and no WALK they take the stride walk, with PERSISTENT=0 one block per item.
+// The bf16/fp16 forward's grid: persistent, with the stride walk where every item costs the same
+// (no mask) and the snake walk under a mask, where the longest-first order dealt in rounds of
+// alternating direction balances items of unequal cost (session 13 run 3, H200, bf16, causal,
+// against one block per item, which the stride walk lost to in session 12: D=128 N=1024 346 ->
+// 388 TFLOPS, N=4096 542 -> 573, N=16384 583 -> 591; D=64 216 -> 244, 375 -> 404, 412 -> 429).
+// The softcap/dropout kernel keeps one block per item under a mask (the snake walk is instantiated
+// for the plain kernel only). FLASHPP_SM90_FWD_PERSISTENT=0 / =1 forces one block per item / a
+// persistent grid (with PERSISTENT=1 and a mask, the walk above); read at every call.
 inline WalkChoice walk_grid(bool masked) {
   const char* env = std::getenv("FLASHPP_SM90_FWD_PERSISTENT");
   const bool forced = env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0';
   WalkKind walk = WalkKind::stride;
-  const bool walk_asked = masked && masked_walk_from_env(&walk);
+  const bool walk_asked = masked && masked_walk(&walk);
   const bool persistent = forced ? env[0] == '1' : (!masked || walk_asked);
   if (!persistent) return {ForwardGrid::walk_one_per_item, WalkKind::stride};
   return {ForwardGrid::walk_persistent, walk};
 }
 
-// The dynamic walk's item counter for launches on `stream` of the current device: one per
-// stream (launches on one stream run one after the other, and each leaves its counter zero), in
-// a table of zeroed counters per device (dispatch.cu). Null where the table is full, or where the
-// stream is capturing a graph (a graph may be replayed on several streams at once): the caller
-// falls back to one block per item.
-unsigned long long* dynamic_walk_counter(cudaStream_t stream);
 
 // Blocks of a persistent grid: as many as fit on the GPU at once, or fewer where
 // FLASHPP_SM90_FWD_MAX_BLOCKS=N (tests: small shapes whose blocks walk many items).
@@ -151,20 +146,12 @@ void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args
   const WalkChoice one_per_item{ForwardGrid::walk_one_per_item, WalkKind::stride};
   WalkChoice choice =
       all_kv_tiles < (std::int64_t{1} << 31) ? walk_grid(params.mask.active()) : one_per_item;
-  // The snake and dynamic walks are instantiated for the plain kernel only (softcap and dropout
-  // keep one block per item under a mask); the dynamic walk needs a counter for the stream.
+  // The snake walk is instantiated for the plain kernel only (softcap and dropout keep one block
+  // per item under a mask).
   if (choice.walk != WalkKind::stride && extras) choice = one_per_item;
-  if (choice.walk == WalkKind::dynamic) {
-    p.item_counter = dynamic_walk_counter(stream);
-    if (p.item_counter == nullptr) choice = one_per_item;
-  }
   auto kernel = flash_fwd_sm90_kernel<Traits, false>;
   if (extras) kernel = flash_fwd_sm90_kernel<Traits, true>;
-  if (choice.walk == WalkKind::snake) {
-    kernel = flash_fwd_sm90_kernel<Traits, false, WalkKind::snake>;
-  } else if (choice.walk == WalkKind::dynamic) {
-    kernel = flash_fwd_sm90_kernel<Traits, false, WalkKind::dynamic>;
-  }
+  if (choice.walk == WalkKind::snake) kernel = flash_fwd_sm90_kernel<Traits, false, WalkKind::snake>;
   launch_query_tiles(kernel, Traits::kThreads, Traits::kSmemBytes, Traits::kBlockM, p, batch_heads,
                      stream, "sm90 forward kernel launch", choice.grid);
 }
