@@ -41,7 +41,6 @@
 #include "../../common/dropout_signs.cuh"
 #include "../../common/math.cuh"
 #include "../../common/swizzle.cuh"
-#include "../../common/tile_range.hpp"
 #include "../../ptx/tma.cuh"
 #include "../../ptx/mbarrier.cuh"
 #include "../../ptx/turnstile.cuh"
@@ -151,11 +150,18 @@ __device__ __forceinline__ BackwardTile backward_tile(const BackwardParams& p) {
   t.b = bh_kv / p.kv_heads;
   t.h_kv = bh_kv % p.kv_heads;
   t.n0 = item.rank * Traits::kBlockN;
-  // The query tiles holding a row that sees a key of this tile (common/tile_range.hpp).
-  const std::int64_t n1 = t.n0 + Traits::kBlockN < p.k_len ? t.n0 + Traits::kBlockN : p.k_len;
-  const RowRange rows = rows_seeing_keys(p.mask, t.n0, n1, p.q_len);
-  t.m_begin = rows.end > rows.begin ? rows.begin / Traits::kBlockM : 0;
-  t.m_end = rows.end > rows.begin ? (rows.end - 1) / Traits::kBlockM + 1 : 0;
+  // Rows i that see a key j in [n0, last]: -left <= j - (i + shift) <= right.
+  const std::int64_t last_key = (t.n0 + Traits::kBlockN < p.k_len ? t.n0 + Traits::kBlockN : p.k_len) - 1;
+  std::int64_t first_row = t.n0 - p.mask.shift - p.mask.right;
+  std::int64_t last_row = last_key - p.mask.shift + p.mask.left;
+  first_row = first_row < 0 ? 0 : first_row;
+  last_row = last_row > p.q_len - 1 ? p.q_len - 1 : last_row;
+  if (first_row > last_row) {
+    t.m_begin = t.m_end = 0;
+  } else {
+    t.m_begin = first_row / Traits::kBlockM;
+    t.m_end = last_row / Traits::kBlockM + 1;
+  }
   t.steps = static_cast<int>((t.m_end - t.m_begin) * p.heads_per_kv);
   return t;
 }
@@ -181,7 +187,6 @@ __device__ __forceinline__ BackwardStep backward_step(const BackwardParams& p,
 template <typename Traits>
 __device__ __forceinline__ int dq_turn(const BackwardParams& p, const BackwardTile& t,
                                        const BackwardStep& st) {
-  // key_tile_range(...).begin, without the unmasked range the turn does not need.
   const std::int64_t first_tile = p.mask.first_key(st.m0) / Traits::kBlockN;
   return static_cast<int>(t.n0 / Traits::kBlockN - first_tile) * Traits::kConsumers;
 }
@@ -392,9 +397,10 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(dp_t));
 
     // P^T and dS^T, element by element (rows = keys, columns = queries).
-    const bool needs_mask = tile_needs_element_test(
-        p.mask, st.m0, st.m0 + Traits::kBlockM, tile.n0,
-        tile.n0 + Traits::kBlockN < p.k_len ? tile.n0 + Traits::kBlockN : p.k_len, Traits::kBlockN);
+    const bool needs_mask = tile.n0 + Traits::kBlockN > p.k_len ||
+                            (p.mask.active() &&
+                             !p.mask.tile_fully_visible(st.m0, st.m0 + Traits::kBlockM, tile.n0,
+                                                        tile.n0 + Traits::kBlockN));
     float factor[Traits::kQTiles][4];
     if constexpr (Traits::kDropout) {
       dropout_factors<Traits>(factor, p, static_cast<std::uint32_t>(tile.b * p.q_heads + st.h),
@@ -411,9 +417,6 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
         float prob = fast_exp2(fmaf(s_t[nt][c], p.scale_log2, -((c & 1) ? lse.y : lse.x)));
         if (needs_mask) {
           const std::int64_t j = key0 + g + 8 * (c >> 1), i = st.m0 + col;
-          // element_visible (common/tile_range.hpp) written out: calling it made ptxas keep
-          // per-element predicates on every tile (+4% instructions; the D=64 backward 13% slower
-          // on an H200, session 13 run 3).
           if (j >= p.k_len || !p.mask.visible(i, j)) prob = 0.0f;
         }
         float dp = dp_t[nt][c];
