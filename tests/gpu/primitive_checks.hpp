@@ -50,6 +50,22 @@ inline int device_minor() {
 
 #define FLASHPP_ALLOC_OK(buffer) ASSERT_TRUE((buffer).ok()) << "cudaMalloc of " #buffer
 
+// Checks an M x N row-major result against want(m, n) within 1e-6 (the products of these tests
+// are sums of eighths: exact in float32), reporting the first 10 mismatches.
+template <typename Want>
+void expect_matrix(const std::vector<float>& d, int M, int N, Want&& want) {
+  int errors = 0;
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      const float w = want(m, n);
+      const float diff = d[m * N + n] > w ? d[m * N + n] - w : w - d[m * N + n];
+      if (!(diff <= 1e-6f) && ++errors <= 10) {
+        ADD_FAILURE() << "D[" << m << "][" << n << "]: got " << d[m * N + n] << ", want " << w;
+      }
+    }
+  EXPECT_EQ(errors, 0);
+}
+
 // 16-bit floats as their bits, for exact comparisons and for poison (0xFFFF is a NaN in both).
 inline constexpr std::uint16_t kPoison16 = 0xFFFFu;
 

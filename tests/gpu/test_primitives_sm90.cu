@@ -147,16 +147,11 @@ void check_wgmma_ss() {
   FLASHPP_LAUNCH_OK();
   ASSERT_EQ(derr.download<int>(1)[0], 0) << "kernel error code";
   const std::vector<float> d = dd.download<float>(M * N);
-  int errors = 0;
-  for (int m = 0; m < M; ++m)
-    for (int n = 0; n < N; ++n) {
-      float want = 0.0f;
-      for (int k = 0; k < K; ++k) want += a[m * K + k] * b[n * K + k];  // exact (eighths)
-      if (!gpu_test::near(d[m * N + n], want, 0.0, 1e-6) && ++errors <= 10) {
-        ADD_FAILURE() << "D[" << m << "][" << n << "]: got " << d[m * N + n] << ", want " << want;
-      }
-    }
-  EXPECT_EQ(errors, 0);
+  gpu_test::expect_matrix(d, M, N, [&](int m, int n) {
+    float want = 0.0f;
+    for (int k = 0; k < K; ++k) want += a[m * K + k] * b[n * K + k];
+    return want;
+  });
 }
 
 TEST(PrimitivesSm90, WgmmaSsKMajorFp16) { check_wgmma_ss<__half>(); }
@@ -241,16 +236,11 @@ void check_wgmma_rs() {
   FLASHPP_LAUNCH_OK();
   ASSERT_EQ(derr.download<int>(1)[0], 0) << "kernel error code";
   const std::vector<float> d = dd.download<float>(M * N);
-  int errors = 0;
-  for (int m = 0; m < M; ++m)
-    for (int n = 0; n < N; ++n) {
-      float want = c[m * N + n];
-      for (int k = 0; k < K; ++k) want += p[m * K + k] * v[k * N + n];  // exact (eighths)
-      if (!gpu_test::near(d[m * N + n], want, 0.0, 1e-6) && ++errors <= 10) {
-        ADD_FAILURE() << "D[" << m << "][" << n << "]: got " << d[m * N + n] << ", want " << want;
-      }
-    }
-  EXPECT_EQ(errors, 0);
+  gpu_test::expect_matrix(d, M, N, [&](int m, int n) {
+    float want = c[m * N + n];
+    for (int k = 0; k < K; ++k) want += p[m * K + k] * v[k * N + n];
+    return want;
+  });
 }
 
 TEST(PrimitivesSm90, WgmmaRsMnMajorFp16) { check_wgmma_rs<__half>(); }
