@@ -87,21 +87,28 @@ def _gloo_worker(rank, world, init_file, causal, Hq, Hkv, chunks, errors):
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("world,causal,heads,chunks", [
-    (2, True, (4, 2), None), (2, False, (4, 4), 2), (3, True, (6, 3), 3), (4, True, (4, 1), 1),
-    (4, False, (2, 2), None)])
-def test_ring_attention_gloo(world, causal, heads, chunks):
+def _run_ranks(world, worker, extra_args):
+    """Runs worker(rank, world, init_file, *extra_args(init_file), shared) in one spawned process
+    per rank (gloo through a file store); returns what the workers put in the shared dict."""
     mp = torch.multiprocessing.get_context("spawn")
-    errors = mp.Manager().dict()
+    shared = mp.Manager().dict()
     with tempfile.TemporaryDirectory() as tmp:
-        procs = [mp.Process(target=_gloo_worker,
-                            args=(r, world, os.path.join(tmp, "init"), causal, *heads, chunks,
-                                  errors)) for r in range(world)]
+        init = os.path.join(tmp, "init")
+        procs = [mp.Process(target=worker, args=(r, world, init, *extra_args(init), shared))
+                 for r in range(world)]
         for p in procs:
             p.start()
         for p in procs:
             p.join(120)
         assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    return dict(shared)  # a plain copy: the manager process may end with this function
+
+
+@pytest.mark.parametrize("world,causal,heads,chunks", [
+    (2, True, (4, 2), None), (2, False, (4, 4), 2), (3, True, (6, 3), 3), (4, True, (4, 1), 1),
+    (4, False, (2, 2), None)])
+def test_ring_attention_gloo(world, causal, heads, chunks):
+    errors = _run_ranks(world, _gloo_worker, lambda init: (causal, *heads, chunks))
     for r in range(world):
         assert max(errors[r]) < 1e-5, (r, errors[r])
 
@@ -142,17 +149,7 @@ def _gloo_knobs_worker(rank, world, init_file, results):
 
 def test_ring_attention_gloo_diagnostic_knobs():
     world = 2
-    mp = torch.multiprocessing.get_context("spawn")
-    results = mp.Manager().dict()
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = [mp.Process(target=_gloo_knobs_worker,
-                            args=(r, world, os.path.join(tmp, "init"), results))
-                 for r in range(world)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(120)
-        assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    results = _run_ranks(world, _gloo_knobs_worker, lambda init: ())
     for r in range(world):
         assert results[r] == (True, True, True), (r, results[r])
 
