@@ -116,7 +116,8 @@ def test_ring_attention_gloo(world, causal, heads, chunks):
 def _gloo_knobs_worker(rank, world, init_file, results):
     """The diagnostic knobs (flashpp.distributed._Knobs) on the real driver: the ring without
     overlap gives the ring's results bit for bit; without transfers or without compute it runs
-    through forward and backward with outputs of the right shapes."""
+    through forward and backward with outputs of the right shapes, and without transfers the
+    results differ from the ring's."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
@@ -142,7 +143,10 @@ def _gloo_knobs_worker(rank, world, init_file, results):
         shapes = all(a.shape == b.shape for n in ("no_transfers", "no_compute")
                      for a, b in zip(out["ring"], out[n]))
         finite = all(torch.isfinite(t).all().item() for t in out["no_transfers"])
-        results[rank] = (same, shapes, finite)
+        # Without transfers each rank attends to its own K/V only: the knob must change results
+        # (a build that ignored it would pass the checks above).
+        changed = not all(torch.equal(a, b) for a, b in zip(out["ring"], out["no_transfers"]))
+        results[rank] = (same, shapes, finite, changed)
     finally:
         dist.destroy_process_group()
 
@@ -151,7 +155,7 @@ def test_ring_attention_gloo_diagnostic_knobs():
     world = 2
     results = _run_ranks(world, _gloo_knobs_worker, lambda init: ())
     for r in range(world):
-        assert results[r] == (True, True, True), (r, results[r])
+        assert results[r] == (True, True, True, True), (r, results[r])
 
 
 def test_diagnostic_knobs_reject_unknown_values(monkeypatch):
