@@ -18,10 +18,6 @@
 namespace flashpp::cuda {
 namespace {
 
-RowStrides row_strides(const TensorView& t) {
-  return RowStrides{t.strides[0], t.strides[1], t.strides[2]};
-}
-
 // The 16-byte copies need 16-byte aligned rows: base pointers and row/head/batch strides in
 // multiples of 8 elements (a dimension of size 1 may have any stride).
 std::string misaligned_tensor(const detail::BackwardArgs& a) {

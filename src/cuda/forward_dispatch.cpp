@@ -32,10 +32,10 @@ ForwardParams make_params(const detail::ForwardArgs& a) {
   f.v = a.v.data;
   f.o = a.o.data;
   f.lse = a.write_lse ? static_cast<float*>(a.lse.data) : nullptr;
-  f.q_strides.batch = a.q.strides[0], f.q_strides.row = a.q.strides[1], f.q_strides.head = a.q.strides[2];
-  f.k_strides.batch = a.k.strides[0], f.k_strides.row = a.k.strides[1], f.k_strides.head = a.k.strides[2];
-  f.v_strides.batch = a.v.strides[0], f.v_strides.row = a.v.strides[1], f.v_strides.head = a.v.strides[2];
-  f.o_strides.batch = a.o.strides[0], f.o_strides.row = a.o.strides[1], f.o_strides.head = a.o.strides[2];
+  f.q_strides = row_strides(a.q);
+  f.k_strides = row_strides(a.k);
+  f.v_strides = row_strides(a.v);
+  f.o_strides = row_strides(a.o);
   if (f.lse != nullptr) {
     f.lse_stride_batch = a.lse.strides[0];
     f.lse_stride_head = a.lse.strides[1];
