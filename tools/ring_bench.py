@@ -18,6 +18,10 @@ For each total length N (causal, B=1, H=32, D=128, bf16, forward + backward):
   ring_p0, compute_p0   ring and compute with FLASHPP_SM90_FWD_PERSISTENT=0 (the sm90 forward
               with one block per item instead of its persistent grid; read by the library at
               each launch, src/cuda/sm90/forward/launch.cuh).
+  ring_cC, comm_cC   (--ctas C ...) ring and comm over a group made by fd.ring_group(max_ctas=C):
+              NCCL capped at C thread blocks per transfer (the default group's NCCL picks its
+              own count: on NVLink many blocks, which hold SMs while a transfer waits for its
+              peer).
   Derived: exposed = ring - compute (the transfer time not hidden, plus whatever the transfers
   cost the compute), hidden = 1 - exposed / comm clipped to [0, 1].
   The variants are timed round-robin (ring, compute, serial, comm, ring_p0, compute_p0, then
@@ -213,7 +217,15 @@ def profile_ring(fn, args, rank, N):
             "both": vals[4], "nccl_kernels_rank0": ov["nccl_kernels"]}
 
 
-def bench_length(N, args, world, rank, results):
+def variant_list(args, groups):
+    """(name, environment, group) of every variant timed, in round-robin order."""
+    out = [(name, env, None) for name, env in VARIANTS if name not in args.skip_variants]
+    for c in args.ctas:
+        out += [(f"ring_c{c}", {}, groups[c]), (f"comm_c{c}", {"FLASHPP_RING_COMPUTE": "skip"}, groups[c])]
+    return out
+
+
+def bench_length(N, args, world, rank, results, groups):
     H, D, dt = args.heads, args.dim, torch.bfloat16
     long_seq = N >= 524288
     reps = args.reps if args.reps is not None else (2 if long_seq else 5)
@@ -252,28 +264,32 @@ def bench_length(N, args, world, rank, results):
     current = ["ring"]
     fd._auto_head_chunks = recording_auto
 
+    group = [None]
+
     def ring_call(mark):
-        o = fd.ring_attention(q, k, v, causal=True, head_chunks=args.head_chunks)
+        o = fd.ring_attention(q, k, v, group=group[0], causal=True, head_chunks=args.head_chunks)
         mark()
         o.backward(do)
         q.grad = k.grad = v.grad = None
 
-    variants = [(name, env) for name, env in VARIANTS if name not in args.skip_variants]
-    times = {name: [] for name, _ in variants}
-    fwd_times = {name: [] for name, _ in variants}
-    allocs = {name: [0, 0, 0] for name, _ in variants}
+    variants = variant_list(args, groups)
+    times = {name: [] for name, _, _ in variants}
+    fwd_times = {name: [] for name, _, _ in variants}
+    allocs = {name: [0, 0, 0] for name, _, _ in variants}
     try:
-        for name, env in variants:  # warm-up
+        for name, env, grp in variants:  # warm-up (a capped group's first call makes its communicator)
             w = args.warmup if args.warmup is not None else (
-                (1 if name in ("ring", "comm") else 0) if long_seq else 1)
+                (1 if name in ("ring", "comm") or grp is not None else 0) if long_seq else 1)
             current[0] = name
+            group[0] = grp
             with env_set(env):
                 for _ in range(w):
                     ring_call(lambda: None)
         sync()
         for rep in range(reps):
-            for name, env in variants:
+            for name, env, grp in variants:
                 current[0] = name
+                group[0] = grp
                 before = alloc_counters()
                 with env_set(env):
                     total, fwd = run_once(ring_call)
@@ -282,10 +298,11 @@ def bench_length(N, args, world, rank, results):
                 fwd_times[name].append(fwd)
                 allocs[name] = [a + y - x for a, x, y in zip(allocs[name], before, after)]
             log(rank, f"  N={N}: rep {rep + 1}/{reps}: " +
-                " ".join(f"{name} {times[name][-1]:.3f}" for name, _ in variants) + " (rank 0, s)")
+                " ".join(f"{name} {times[name][-1]:.3f}" for name, _, _ in variants) + " (rank 0, s)")
     finally:
         fd._auto_head_chunks = auto
-    names = [name for name, _ in variants]
+        group[0] = None
+    names = [name for name, _, _ in variants]
     means = slowest([sum(times[x]) / len(times[x]) for x in names] +
                     [sum(fwd_times[x]) / len(fwd_times[x]) for x in names])
     counters = slowest([float(c) for x in names for c in allocs[x]])
@@ -318,9 +335,23 @@ def bench_length(N, args, world, rank, results):
               f"serial={fmt('serial')} compute={fmt('compute')} comm={fmt('comm')} "
               f"exposed={exp} hidden={hid} ring_p0={fmt('ring_p0')} eff_p0={eff0} "
               f"compute_p0={fmt('compute_p0')}")
+    for c in args.ctas:
+        r, m = row.get(f"ring_c{c}"), row.get(f"comm_c{c}")
+        if r is not None and "compute" in row and m is not None:
+            row[f"exposed_c{c}"] = r - row["compute"]
+            row[f"hidden_c{c}"] = min(max(1 - (r - row["compute"]) / max(m, 1e-9), 0.0), 1.0)
+            if "t1" in row:
+                row[f"efficiency_c{c}"] = row["t1"] / (world * r)
+            eff_c = f"{100 * row['efficiency_c' + str(c)]:.1f}%" if "t1" in row else "n/a"
+            log(rank, f"RESULT_CTAS N={N} W={world} max_ctas={c} ring={r:.3f}s comm={m:.3f}s "
+                      f"exposed={row['exposed_c' + str(c)]:.3f}s hidden={100 * row['hidden_c' + str(c)]:.0f}% "
+                      f"eff={eff_c}")
     # the kernels' timeline of one ring run
     if not args.no_profile:
         current[0] = "profile"
+        group[0] = groups[args.ring_ctas] if args.ring_ctas is not None else None
+        if args.ring_ctas is not None:
+            row["ring_ctas"] = args.ring_ctas
         try:
             prof = profile_ring(ring_call, args, rank, N)
         except Exception as e:  # noqa: BLE001 - the timings above stand without it
@@ -339,7 +370,7 @@ def bench_length(N, args, world, rank, results):
         torch.cuda.empty_cache()
 
 
-def bench_million(args, world, rank, results, N):
+def bench_million(args, world, rank, results, N, group=None):
     H, D, dt = args.heads, args.dim, torch.bfloat16
     n = N // world
     if DEV == "cuda":
@@ -353,7 +384,7 @@ def bench_million(args, world, rank, results, N):
     # the temporaries stay well inside 80 GB whatever the estimate
     # of head_chunks=None would say (an out-of-memory on one rank would stall the other).
     chunks = args.head_chunks or max(c for c in (4, 2, 1) if H % c == 0)
-    o = fd.ring_attention(q, k, v, causal=True, head_chunks=chunks)
+    o = fd.ring_attention(q, k, v, group=group, causal=True, head_chunks=chunks)
     o.backward(do)
     sync()
     t = torch.tensor([time.perf_counter() - t0], device=DEV, dtype=torch.float64)
@@ -366,7 +397,8 @@ def bench_million(args, world, rank, results, N):
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30 if DEV == "cuda" else 0
     row = {"N": N, "world": world, "head_chunks": chunks, "time_s": t.item(), "peak_gib": peak.item(),
-           "finite": bool(finite.item()), "gpu_gib": total_gib, "runs": 1, "warmup": 0}
+           "finite": bool(finite.item()), "gpu_gib": total_gib, "runs": 1, "warmup": 0,
+           "max_ctas": args.ring_ctas}
     results.append(row)
     log(rank, f"RESULT_LARGE N={N} W={world} time={t.item():.2f}s (1 run, no warmup, {chunks} head chunks) "
               f"peak={peak.item():.1f}/{total_gib:.0f}GiB per GPU finite={row['finite']}")
@@ -387,6 +419,10 @@ def main():
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--skip-variants", nargs="*", default=[],
                     help="variants not to time (of: " + " ".join(n for n, _ in VARIANTS[1:]) + ")")
+    ap.add_argument("--ctas", type=int, nargs="*", default=[],
+                    help="also time the ring and its transfers over groups from fd.ring_group(max_ctas=C)")
+    ap.add_argument("--ring-ctas", type=int, default=None,
+                    help="the profiled run and the --million runs use the group of this --ctas value instead of the default group")
     ap.add_argument("--million", type=int, nargs="*", default=None,
                     help="total lengths for the large run (default 1048576 when given bare)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -410,13 +446,17 @@ def main():
     world, rank = dist.get_world_size(), dist.get_rank()
     log(rank, f"ring_bench: world {world}, {name}, torch {torch.__version__}; causal, B=1, "
               f"H={args.heads}, D={args.dim}, bf16, fwd+bwd")
+    groups = {c: fd.ring_group(max_ctas=c) for c in args.ctas}  # collective: every rank, same order
+    if args.ring_ctas is not None and args.ring_ctas not in groups:
+        ap.error("--ring-ctas must be one of --ctas")
     results = []
     for N in args.seqs:
-        bench_length(N, args, world, rank, results)
+        bench_length(N, args, world, rank, results, groups)
     if args.million is not None:
         for N in (args.million or [1 << 20]):
             try:
-                bench_million(args, world, rank, results, N)
+                bench_million(args, world, rank, results, N,
+                              groups[args.ring_ctas] if args.ring_ctas is not None else None)
             except torch.OutOfMemoryError as e:
                 log(rank, f"RESULT_LARGE N={N} W={world} out of memory: {str(e).splitlines()[0]}")
                 break

@@ -16,6 +16,10 @@
 #
 #   bash tools/ring_gpu_check.sh [--deadline 540] [--archs 90a] [--gpus 2] [--no-large]
 #                                [--seqs "131072 524288"] [--large "1048576"]
+#                                [--ctas "2 4"] [--ring-ctas C]
+# --ctas: ring_bench.py also times the ring (and its transfers alone) over groups made by
+# flashpp.distributed.ring_group(max_ctas=C); --ring-ctas C: the profiled run and the 1M run
+# use that group (one of --ctas) instead of the default group.
 #
 # NVLink multicast stays off (NVLS / symmetric-memory multicast): the variables below are
 # exported for every child process.
@@ -26,7 +30,7 @@ unset FLASHPP_RING_TRANSFERS FLASHPP_RING_COMPUTE FLASHPP_RING_OVERLAP FLASHPP_S
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-DEADLINE=540 ARCHS="" GPUS=2 LARGE="1048576" SEQS="131072 524288"
+DEADLINE=540 ARCHS="" GPUS=2 LARGE="1048576" SEQS="131072 524288" CTAS="" RING_CTAS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --deadline) DEADLINE="$2"; shift ;;
@@ -35,6 +39,8 @@ while [ $# -gt 0 ]; do
     --no-large) LARGE="" ;;
     --large) LARGE="$2"; shift ;;
     --seqs) SEQS="$2"; shift ;;
+    --ctas) CTAS="$2"; shift ;;
+    --ring-ctas) RING_CTAS="$2"; shift ;;
     *) echo "ring_gpu_check: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -42,6 +48,9 @@ done
 # RING_CHECK_DRY_RUN=1: the script's plumbing on a CPU machine (a stub nvidia-smi, the package
 # already installed): no build, the Python steps on gloo with tiny sizes. Not a measurement.
 DRY=${RING_CHECK_DRY_RUN:-0} PYARGS=() BENCHARGS=()
+CTAARGS=()
+[ -n "$CTAS" ] && CTAARGS+=(--ctas $CTAS)
+[ -n "$RING_CTAS" ] && CTAARGS+=(--ring-ctas "$RING_CTAS")
 if [ "$DRY" = 1 ]; then
   PYARGS=(--cpu) BENCHARGS=(--cpu --heads 2 --dim 32) SEQS="512 1024" LARGE="2048"
 fi
@@ -170,6 +179,7 @@ fi
 for N in $SEQS; do
   full=60 need=40 cap=150
   [ "$N" -ge 524288 ] && full=230 need=130 cap=330
+  [ "$N" -ge 524288 ] && [ -n "$CTAS" ] && full=300 cap=420
   name="scaling N=$N"
   echo "== (3) $name (causal, B=1 H=32 D=128 bf16, fwd+bwd)"
   have_time "$name" "$need" || continue
@@ -179,15 +189,18 @@ for N in $SEQS; do
     echo "$name: $(left) s left (< $full): without the persistent-off variants and the profile"
   fi
   rm -f "$OUT_DIR/ring_bench.json"  # not the previous length's
-  timeout "$(limit "$cap")" "${RUN[@]}" tools/ring_bench.py "${BENCHARGS[@]}" "${trim[@]}" --seqs "$N" \
+  timeout "$(limit "$cap")" "${RUN[@]}" tools/ring_bench.py "${BENCHARGS[@]}" "${CTAARGS[@]}" "${trim[@]}" --seqs "$N" \
     --out "$OUT_DIR" > "$OUT_DIR/ring_bench_$N.log" 2>&1
   rc=$?
   cp -f "$OUT_DIR/ring_bench.json" "$OUT_DIR/ring_bench_$N.json" 2>/dev/null
-  grep -E "^(ring_bench|  N=|RESULT|OVERLAP)" "$OUT_DIR/ring_bench_$N.log"
+  grep -E "^(ring_bench|  N=|RESULT|OVERLAP)" "$OUT_DIR/ring_bench_$N.log"  # RESULT_CTAS too
   res=$(grep -E "^RESULT " "$OUT_DIR/ring_bench_$N.log" | tail -1 | sed 's/^RESULT N=[0-9]* //')
   ovl=$(grep -E "^OVERLAP " "$OUT_DIR/ring_bench_$N.log" | tail -1 | sed 's/^OVERLAP N=[0-9]* W=[0-9]* //')
   [ "$rc" -ne 0 ] && { FAILED=1; tail -n 20 "$OUT_DIR/ring_bench_$N.log"; }
   add "$name" "${res:-no result (exit $rc, see ring_bench_$N.log)}${ovl:+; $ovl}"
+  while IFS= read -r line; do
+    add "  capped N=$N" "${line#RESULT_CTAS N=$N }"
+  done < <(grep -E "^RESULT_CTAS " "$OUT_DIR/ring_bench_$N.log")
 done
 for N in $LARGE; do
   name="largest: N=$N"
@@ -196,7 +209,7 @@ for N in $LARGE; do
   need=$(( 90 * (N / 1048576) * (N / 1048576) )); [ "$need" -lt 90 ] && need=90
   have_time "$name" "$need" || continue
   rm -f "$OUT_DIR/ring_bench.json"
-  timeout "$(limit $(( need * 3 )))" "${RUN[@]}" tools/ring_bench.py "${BENCHARGS[@]}" --seqs --million "$N" --out "$OUT_DIR" \
+  timeout "$(limit $(( need * 3 )))" "${RUN[@]}" tools/ring_bench.py "${BENCHARGS[@]}" "${CTAARGS[@]}" --seqs --million "$N" --out "$OUT_DIR" \
     > "$OUT_DIR/ring_large_$N.log" 2>&1
   rc=$?
   cp -f "$OUT_DIR/ring_bench.json" "$OUT_DIR/ring_large_$N.json" 2>/dev/null

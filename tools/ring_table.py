@@ -16,6 +16,9 @@ Scaling and overlap (seconds; the slowest rank's mean over the reps, fwd+bwd):
             kernel running too / NCCL busy time / time with no compute kernel running
   retries   the caching allocator's alloc retries (device-synchronising frees) during the
             reps of ring / compute
+Capped groups (ring_bench.py --ctas): the ring and its transfers alone over a group made by
+flashpp.distributed.ring_group(max_ctas=C), with exposed, hidden and eff as above (compute is the
+default group's: it makes no transfer).
 The overlap is shown when ring is close to compute (exposed small against comm) while serial is
 close to compute + comm.
 """
@@ -58,12 +61,21 @@ def main(paths):
                      fmt(g("hidden"), pct=True), fmt(ser_cmp), fmt(g("ring_p0")),
                      fmt(g("efficiency_p0"), pct=True), fmt(g("compute_p0")), prof_s, retries]
             print("| " + " | ".join(cells) + " |")
+    capped = [(r, c) for r in scaling for c in sorted(
+        int(k[len("ring_c"):]) for k in r if k.startswith("ring_c") and k[len("ring_c"):].isdigit())]
+    if capped:
+        print("| N | max_ctas | ring | eff | comm | exposed | hidden |")
+        print("|---|---|---|---|---|---|---|")
+        for r, c in capped:
+            g = r.get
+            print(f"| {r['N']} | {c} | {fmt(g(f'ring_c{c}'))} | {fmt(g(f'efficiency_c{c}'), pct=True)} | "
+                  f"{fmt(g(f'comm_c{c}'))} | {fmt(g(f'exposed_c{c}'))} | {fmt(g(f'hidden_c{c}'), pct=True)} |")
     if large:
-        print("| N (ring only) | time | peak per GPU | head chunks | finite |")
-        print("|---|---|---|---|---|")
+        print("| N (ring only) | time | peak per GPU | head chunks | max_ctas | finite |")
+        print("|---|---|---|---|---|---|")
         for r in large:
             print(f"| {r['N']} | {r['time_s']:.2f} s (1 run) | {r['peak_gib']:.1f} of "
-                  f"{r['gpu_gib']:.0f} GiB | {r['head_chunks']} | {r['finite']} |")
+                  f"{r['gpu_gib']:.0f} GiB | {r['head_chunks']} | {r.get('max_ctas') or 'NCCL'} | {r['finite']} |")
     if not scaling and not large:
         print("(no results)")
 

@@ -33,16 +33,42 @@ from . import _ring_schedule as sched
 from ._options import make_config
 from .torch import _eager
 
-__all__ = ["ring_attention", "zigzag_split", "zigzag_unsplit", "zigzag_gather", "nccl_options"]
+__all__ = ["ring_attention", "zigzag_split", "zigzag_unsplit", "zigzag_gather", "nccl_options",
+           "ring_group"]
 
 
-def nccl_options(high_priority_stream: bool = True):
-    """Options for dist.init_process_group("nccl", pg_options=...): the NCCL process group's
-    transfers on a high-priority stream, so that their blocks are scheduled ahead of the
-    attention kernels' waiting blocks (better overlap)."""
+def nccl_options(high_priority_stream: bool = True, max_ctas: int | None = None):
+    """Options for dist.init_process_group("nccl", pg_options=...) or dist.new_group: the NCCL
+    process group's transfers on a high-priority stream, so that their blocks are scheduled
+    ahead of the attention kernels' waiting blocks (better overlap). max_ctas caps the thread
+    blocks (SMs) NCCL uses per operation (ncclConfig_t.maxCTAs; None = NCCL's choice): a ring
+    transfer that waits for its peer holds those SMs while the attention kernels run beside it
+    (docs/ring-attention.md, "Overlap"). Cap it on a group made for the ring (ring_group), not
+    on the group your data-parallel collectives use."""
     opts = dist.ProcessGroupNCCL.Options()
     opts.is_high_priority_stream = high_priority_stream
+    if max_ctas is not None:
+        if int(max_ctas) < 1:
+            raise ValueError(f"flashpp.distributed.nccl_options: max_ctas must be >= 1, got {max_ctas}")
+        config = getattr(opts, "config", None)
+        if config is None or not hasattr(config, "max_ctas"):
+            raise RuntimeError("flashpp.distributed.nccl_options: this torch build's "
+                               "ProcessGroupNCCL.Options has no config.max_ctas")
+        config.max_ctas = int(max_ctas)
     return opts
+
+
+RING_MAX_CTAS = 4  # ring_group's default cap (docs/ring-attention.md, "Overlap")
+
+
+def ring_group(ranks=None, max_ctas: int | None = RING_MAX_CTAS):
+    """A process group for ring_attention's transfers only: NCCL on a high-priority stream and
+    at most max_ctas thread blocks per transfer (None: NCCL's choice). Every rank of the default
+    group must call it, in the same order (it is dist.new_group). ranks: the ring's ranks (None =
+    all). On gloo (CPU tests) it is a plain new group."""
+    if dist.get_backend() != "nccl":
+        return dist.new_group(ranks)
+    return dist.new_group(ranks, backend="nccl", pg_options=nccl_options(max_ctas=max_ctas))
 
 
 # ---- the zigzag split of the sequence dimension ---------------------------------------------

@@ -42,14 +42,14 @@ def rel(a, b):
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
-def ring_run(q, k, v, dout, world, rank, causal, chunks, env=None, deterministic=False):
+def ring_run(q, k, v, dout, world, rank, causal, chunks, env=None, deterministic=False, group=None):
     """ring_attention forward + backward on this rank's zigzag slices, with the environment
     variables env set for the call (the ring's diagnostic knobs)."""
     env = env or {}
     os.environ.update(env)
     try:
         loc = [fd.zigzag_split(t, world, rank).requires_grad_() for t in (q, k, v)]
-        o = fd.ring_attention(*loc, causal=causal, head_chunks=chunks,
+        o = fd.ring_attention(*loc, group=group, causal=causal, head_chunks=chunks,
                               deterministic=deterministic)
         o.backward(fd.zigzag_split(dout, world, rank))
     finally:
@@ -59,7 +59,7 @@ def ring_run(q, k, v, dout, world, rank, causal, chunks, env=None, deterministic
 
 
 def run_case(world, rank, dev, *, causal, Hq, Hkv, dtype, N, D=128, B=1, chunks=None, seed=0,
-             env=None):
+             env=None, group=None):
     gen = torch.Generator(device=dev).manual_seed(seed)  # the same tensors on every rank
     mk = lambda h: torch.randn(B, N, h, D, device=dev, dtype=dtype, generator=gen)  # noqa: E731
     q, k, v, dout = mk(Hq), mk(Hkv), mk(Hkv), mk(Hq)
@@ -72,7 +72,8 @@ def run_case(world, rank, dev, *, causal, Hq, Hkv, dtype, N, D=128, B=1, chunks=
     # the ring
     # With env (a diagnostic knob that must not change the results): the deterministic backward
     # (the default one adds dQ with atomics), and bit for bit the results of the plain ring.
-    ring = ring_run(q, k, v, dout, world, rank, causal, chunks, env, deterministic=bool(env))
+    ring = ring_run(q, k, v, dout, world, rank, causal, chunks, env, deterministic=bool(env),
+                    group=group)
     same = True
     if env:
         plain = ring_run(q, k, v, dout, world, rank, causal, chunks, deterministic=True)
@@ -97,7 +98,7 @@ def run_case(world, rank, dev, *, causal, Hq, Hkv, dtype, N, D=128, B=1, chunks=
         parts.append(f"bitwise-equal-to-ring={'yes' if same else 'NO!'}")
     label = (f"W={world} N={N} B={B} Hq={Hq} Hkv={Hkv} D={D} {str(dtype)[6:]} causal={int(causal)}"
              f" chunks={chunks or 'auto'}" + "".join(f" {name}={val}" for name, val in (env or {}).items()) +
-             (" deterministic" if env else ""))
+             (" deterministic" if env else "") + (" (fd.ring_group(max_ctas=2))" if group is not None else ""))
     return ok, f"{label}: {' '.join(parts)} {'PASS' if ok else 'FAIL'}"
 
 
@@ -132,7 +133,13 @@ def main():
         # the ring without overlap (the bench's "serial"): the same results, bit for bit
         dict(causal=True, Hq=8, Hkv=4, dtype=bf16, N=4096, chunks=2,
              env={"FLASHPP_RING_OVERLAP": "0"}),
+        # over a group of its own with NCCL capped at 2 thread blocks (fd.ring_group)
+        dict(causal=True, Hq=8, Hkv=4, dtype=bf16, N=4096, group="capped"),
     ]
+    capped = fd.ring_group(max_ctas=2)  # collective: every rank, before any case
+    for case in cases:
+        if case.get("group") == "capped":
+            case["group"] = capped
     if cpu:
         for case in cases:
             case["N"] = 2 * world * 48

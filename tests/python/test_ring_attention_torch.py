@@ -166,3 +166,37 @@ def test_diagnostic_knobs_reject_unknown_values(monkeypatch):
     monkeypatch.setenv("FLASHPP_RING_TRANSFERS", "skip")
     knobs = fd._Knobs.from_env()
     assert (knobs.transfers, knobs.compute, knobs.overlap) == (False, True, False)
+
+
+def test_nccl_options_max_ctas():
+    import torch.distributed as dist
+
+    if not hasattr(dist, "ProcessGroupNCCL"):
+        pytest.skip("this torch build has no NCCL process group")
+    assert fd.nccl_options(max_ctas=3).config.max_ctas == 3
+    assert fd.nccl_options().is_high_priority_stream
+    with pytest.raises(ValueError):
+        fd.nccl_options(max_ctas=0)
+
+
+def _gloo_ring_group_worker(rank, world, init_file, results):
+    """fd.ring_group on gloo is a plain new group: the ring over it gives the default group's
+    results bit for bit."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
+    try:
+        group = fd.ring_group()
+        q, k, v, _ = _case("cpu", torch.float32, 2 * world * 8, 4, 2, D=32, B=1)
+        loc = [fd.zigzag_split(t, world, rank) for t in (q, k, v)]
+        a = fd.ring_attention(*loc, causal=True)
+        b = fd.ring_attention(*loc, group=group, causal=True)
+        results[rank] = torch.equal(a, b) and dist.get_world_size(group) == world
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ring_group_gloo():
+    results = _run_ranks(2, _gloo_ring_group_worker, lambda init: ())
+    assert results == {0: True, 1: True}, results
