@@ -63,12 +63,22 @@ inline bool masked_walk(WalkKind* walk) {
 // The softcap/dropout kernel keeps one block per item under a mask (the snake walk is instantiated
 // for the plain kernel only). FLASHPP_SM90_FWD_PERSISTENT=0 / =1 forces one block per item / a
 // persistent grid (with PERSISTENT=1 and a mask, the walk above); read at every call.
-inline WalkChoice walk_grid(bool masked) {
+// Masked calls with kLongMaskedKeys keys or more take one block per item: there the snake walk
+// lost to it (session 14, H200, bf16, causal, B=4 H=32, gpu_compare: D=128 N=131072 604 vs 636
+// TFLOPS, N=32768 617 vs 632; D=64 still gained up to N=65536: 450 vs 443). The walk deals the
+// longest items of every head first, so the blocks running at once read the K/V of many heads;
+// one block per item runs neighbouring tiles of one head together, which share K/V tiles in L2
+// (a head's K/V at D=128 and 131072 keys is 64 MiB, about the L2). Not measured: the crossover
+// between 65536 and 131072 keys at D=64, and this rule on an H100.
+inline constexpr std::int64_t kLongMaskedKeys = 131072;
+
+inline WalkChoice walk_grid(bool masked, std::int64_t k_len) {
   const char* env = std::getenv("FLASHPP_SM90_FWD_PERSISTENT");
   const bool forced = env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0';
   WalkKind walk = WalkKind::stride;
   const bool walk_asked = masked && masked_walk(&walk);
-  const bool persistent = forced ? env[0] == '1' : (!masked || walk_asked);
+  const bool long_masked = masked && k_len >= kLongMaskedKeys;
+  const bool persistent = forced ? env[0] == '1' : (!masked || (walk_asked && !long_masked));
   if (!persistent) return {ForwardGrid::walk_one_per_item, WalkKind::stride};
   return {ForwardGrid::walk_persistent, walk};
 }
@@ -144,8 +154,9 @@ void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args
                                     std::min<std::int64_t>(batch_heads, 65535) *
                                     ((params.k_len + Traits::kBlockN - 1) / Traits::kBlockN);
   const WalkChoice one_per_item{ForwardGrid::walk_one_per_item, WalkKind::stride};
-  WalkChoice choice =
-      all_kv_tiles < (std::int64_t{1} << 31) ? walk_grid(params.mask.active()) : one_per_item;
+  WalkChoice choice = all_kv_tiles < (std::int64_t{1} << 31)
+                          ? walk_grid(params.mask.active(), params.k_len)
+                          : one_per_item;
   // The snake walk is instantiated for the plain kernel only (softcap and dropout keep one block
   // per item under a mask).
   if (choice.walk != WalkKind::stride && extras) choice = one_per_item;
