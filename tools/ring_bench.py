@@ -276,6 +276,7 @@ def bench_length(N, args, world, rank, results, groups):
     times = {name: [] for name, _, _ in variants}
     fwd_times = {name: [] for name, _, _ in variants}
     allocs = {name: [0, 0, 0] for name, _, _ in variants}
+    spans = {name: [] for name, _, _ in variants}
     try:
         for name, env, grp in variants:  # warm-up (a capped group's first call makes its communicator)
             w = args.warmup if args.warmup is not None else (
@@ -291,8 +292,10 @@ def bench_length(N, args, world, rank, results, groups):
                 current[0] = name
                 group[0] = grp
                 before = alloc_counters()
+                t_wall = time.time()
                 with env_set(env):
                     total, fwd = run_once(ring_call)
+                spans[name].append((t_wall, time.time()))  # to match clocks.csv (ring_gpu_check)
                 after = alloc_counters()
                 times[name].append(total)
                 fwd_times[name].append(fwd)
@@ -311,6 +314,7 @@ def bench_length(N, args, world, rank, results, groups):
         row[x + "_fwd"] = means[len(names) + i]
         row[x + "_reps_rank0"] = times[x]
         row[x + "_alloc"] = dict(zip(ALLOC_KEYS, counters[3 * i:3 * i + 3]))
+        row[x + "_spans_rank0"] = spans[x]
         row[x + "_chunks"] = "/".join(f"{d}{c}" for d, c in sorted(chunks_seen.get(x, ())))
     row["tW"] = row["ring"]
     if "t1" in row:

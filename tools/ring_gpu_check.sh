@@ -176,6 +176,11 @@ fi
 # Seconds on 2 x H100 (estimates from the 2026-11-25 run: 128k ring 0.55 s, 512k 8.7 s, t1
 # twice that): 128k ~45 s; 512k ~175 s (t1 3 runs, ring 3, five variants 2 each, 1 profiled).
 # With less than the full need left, the persistent-off variants and the profile are dropped.
+# The GPUs' SM clock and power during the scaling runs (clocks.csv): whether the overlapped
+# ring runs at a lower clock than the compute alone (power limit).
+nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader \
+  -lms 250 > "$OUT_DIR/clocks.csv" 2>/dev/null &
+CLOCKS_PID=$!
 for N in $SEQS; do
   full=60 need=40 cap=150
   [ "$N" -ge 524288 ] && full=230 need=130 cap=330
@@ -202,6 +207,7 @@ for N in $SEQS; do
     add "  capped N=$N" "${line#RESULT_CTAS N=$N }"
   done < <(grep -E "^RESULT_CTAS " "$OUT_DIR/ring_bench_$N.log")
 done
+kill "$CLOCKS_PID" 2>/dev/null
 for N in $LARGE; do
   name="largest: N=$N"
   echo "== (4) $name on $GPUS GPUs (B=1 H=32 D=128 bf16, fwd+bwd)"
@@ -238,5 +244,6 @@ fi
   echo "overall: $([ "$FAILED" = 0 ] && echo PASS || echo FAIL)"
   echo "---- figures (tools/ring_table.py; columns explained there and in docs/ring-attention.md)"
   "$PY" tools/ring_table.py "$OUT_DIR"/ring_bench_*.json "$OUT_DIR"/ring_large_*.json 2>&1
+  [ -s "$OUT_DIR/clocks.csv" ] && "$PY" tools/ring_clocks.py "$OUT_DIR/clocks.csv" "$OUT_DIR"/ring_bench_*.json 2>&1
 } | tee "$OUT_DIR/summary.txt"
 exit "$FAILED"
