@@ -1,5 +1,6 @@
 // Merging partial softmax results by their log-sum-exp, shared by the CPU backend, the CUDA
-// split-KV combine kernel and the tests.
+// split-KV combine kernel, ring attention's merge kernel (src/distributed/ring_kernels.cu) and
+// the tests.
 //
 // A partial result over a key subset s is (O_s, L_s): O_s is the softmax-weighted average of
 // the values of s and L_s the log-sum-exp of its scores (-inf when s has no visible key, with
@@ -43,5 +44,21 @@ struct LseMerger {
   FLASHPP_HD float normaliser() const { return sum > 0.0f ? 1.0f / sum : 0.0f; }
   FLASHPP_HD float lse() const { return sum > 0.0f ? max_lse + logf(sum) : -INFINITY; }
 };
+
+// Two partials of the same row (ring attention merges each step's block into its running
+// result): the merged L and the normalised weights, O = w_acc O_acc + w_blk O_blk. Both -inf:
+// L = -inf and weights 0 (O stays 0, never NaN).
+struct MergeWeights {
+  float lse, w_acc, w_blk;
+};
+
+FLASHPP_HD MergeWeights lse_merge(float lse_acc, float lse_blk) {
+  LseMerger merger;
+  float rescale_acc, weight_acc, rescale_blk, weight_blk;
+  merger.add(lse_acc, rescale_acc, weight_acc);
+  merger.add(lse_blk, rescale_blk, weight_blk);
+  const float normaliser = merger.normaliser();
+  return {merger.lse(), weight_acc * rescale_blk * normaliser, weight_blk * normaliser};
+}
 
 }  // namespace flashpp::detail

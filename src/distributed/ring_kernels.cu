@@ -7,6 +7,7 @@
 #include <string>
 
 #include "distributed/ring_kernels.hpp"
+#include "common/lse_merge.hpp"
 #include "distributed/ring_schedule.hpp"
 
 namespace flashpp::ring_detail {
@@ -91,7 +92,7 @@ __global__ void merge_kernel(float* o_acc, float* lse_acc, std::int64_t n, std::
       if (lane == 0) lse_a = lse_b;
       continue;
     }
-    const MergeWeights w = lse_merge(lse_a, lse_b);
+    const detail::MergeWeights w = detail::lse_merge(lse_a, lse_b);
     for (std::int64_t d = lane; d < D; d += 32) {
       acc_row[d] = w.w_acc * acc_row[d] + w.w_blk * to_float(blk_row[d]);
     }

@@ -1,6 +1,7 @@
-// Ring attention's schedule and the lse merge, shared by the host code (ring.cpp), the merge
-// kernel (ring_kernels.cu) and the CPU tests (tests/cpu/test_ring_schedule.cpp). No NCCL, no
-// CUDA runtime: python/flashpp/_ring_schedule.py is the Python twin of the schedule.
+// Ring attention's schedule, shared by the host code (ring.cpp), the merge kernel
+// (ring_kernels.cu) and the CPU tests (tests/cpu/test_ring_schedule.cpp); the merge itself is
+// common/lse_merge.hpp's. No NCCL, no CUDA runtime: python/flashpp/_ring_schedule.py is the
+// Python twin of the schedule.
 //
 // W ranks; rank r holds its slice of the sequence (n rows). At step s (0 <= s < W) it holds the
 // K/V block of rank (r - s) mod W; K/V move from rank r to rank r + 1 after every step.
@@ -42,21 +43,6 @@ inline std::int64_t zigzag_position(int world, int rank, std::int64_t n, std::in
   const std::int64_t c = n / 2;
   const std::int64_t chunk = i < c ? rank : 2 * world - 1 - rank;
   return chunk * c + (i % c);
-}
-
-// The merge of two partial results of the same query row over disjoint key sets:
-//   lse = max + log1p(exp(min - max)),  o = w_acc * o_acc + w_blk * o_blk,  w = exp(lse_x - lse).
-// Both -inf (no visible key on either side): lse = -inf, weights 0 (o stays 0, never NaN).
-struct MergeWeights {
-  float lse, w_acc, w_blk;
-};
-
-FLASHPP_HD MergeWeights lse_merge(float lse_acc, float lse_blk) {
-  const float hi = lse_acc > lse_blk ? lse_acc : lse_blk;
-  const float lo = lse_acc > lse_blk ? lse_blk : lse_acc;
-  if (hi == -INFINITY) return {-INFINITY, 0.0f, 0.0f};
-  const float lse = hi + log1pf(expf(lo - hi));
-  return {lse, expf(lse_acc - lse), expf(lse_blk - lse)};
 }
 
 }  // namespace flashpp::ring_detail

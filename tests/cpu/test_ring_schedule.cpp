@@ -1,8 +1,9 @@
-// Ring attention's schedule and lse merge (src/distributed/ring_schedule.hpp) on the CPU: every
-// visible (query, key) pair is computed exactly once over the W steps, the causal steps do equal
-// work, the zigzag positions form a permutation, and the merge of two partial softmaxes equals
-// the softmax over the union of their keys (CI has neither GPUs nor NCCL; the Python twin of
-// these rules is tested in tests/python/test_ring_attention_cpu.py).
+// Ring attention's schedule (src/distributed/ring_schedule.hpp) and its lse merge
+// (src/common/lse_merge.hpp) on the CPU: every visible (query, key) pair is computed exactly once
+// over the W steps, the causal steps do equal work, the zigzag positions form a permutation, and
+// the merge of two partial softmaxes equals the softmax over the union of their keys (CI has
+// neither GPUs nor NCCL; the Python twin of these rules is tested in
+// tests/python/test_ring_attention_cpu.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "common/lse_merge.hpp"
 #include "distributed/ring_schedule.hpp"
 
 namespace fr = flashpp::ring_detail;
@@ -84,21 +86,21 @@ TEST(RingMerge, EqualsSoftmaxOverTheUnion) {
     partial(0, na, la, oa);
     partial(na, na + nb, lb, ob);
     partial(0, na + nb, lall, oall);
-    const fr::MergeWeights w = fr::lse_merge(la, lb);
+    const flashpp::detail::MergeWeights w = flashpp::detail::lse_merge(la, lb);
     EXPECT_NEAR(w.lse, lall, 1e-5 * std::max(1.0f, std::fabs(lall)));
     for (int d = 0; d < D; ++d) EXPECT_NEAR(w.w_acc * oa[d] + w.w_blk * ob[d], oall[d], 1e-4);
     // symmetric
-    const fr::MergeWeights w2 = fr::lse_merge(lb, la);
+    const flashpp::detail::MergeWeights w2 = flashpp::detail::lse_merge(lb, la);
     EXPECT_FLOAT_EQ(w2.lse, w.lse);
   }
 }
 
 TEST(RingMerge, EmptySidesGiveNoNaN) {
-  const fr::MergeWeights both = fr::lse_merge(-INFINITY, -INFINITY);
+  const flashpp::detail::MergeWeights both = flashpp::detail::lse_merge(-INFINITY, -INFINITY);
   EXPECT_TRUE(std::isinf(both.lse) && both.lse < 0);
   EXPECT_EQ(both.w_acc, 0.0f);
   EXPECT_EQ(both.w_blk, 0.0f);
-  const fr::MergeWeights one = fr::lse_merge(-INFINITY, 1.5f);
+  const flashpp::detail::MergeWeights one = flashpp::detail::lse_merge(-INFINITY, 1.5f);
   EXPECT_FLOAT_EQ(one.lse, 1.5f);
   EXPECT_EQ(one.w_acc, 0.0f);
   EXPECT_FLOAT_EQ(one.w_blk, 1.0f);

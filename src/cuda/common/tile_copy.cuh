@@ -23,7 +23,7 @@ template <typename Tile, int kThreads, bool kCheckRows = true, typename Element>
 __device__ __forceinline__ void load_tile_async(Element* smem, const Element* gmem,
                                                 std::int64_t row_stride, std::int64_t rows_valid,
                                                 int chunks_valid, int tid) {
-  constexpr int kTotal = Tile::kElements / 8;
+  constexpr int kTotal = Tile::kElements / Tile::kChunkElements;
   static_assert(kTotal % kThreads == 0, "every thread copies the same number of chunks");
   constexpr bool kWholeRows =
       kThreads % Tile::kChunks == 0 && (kThreads / Tile::kChunks) % 8 == 0;
@@ -33,7 +33,7 @@ __device__ __forceinline__ void load_tile_async(Element* smem, const Element* gm
     const int chunk = tid % Tile::kChunks;
     const bool chunk_valid = chunk < chunks_valid;
     Element* dst = smem + Tile::chunk_offset(row0, chunk);
-    const Element* src = gmem + row0 * row_stride + chunk * 8;
+    const Element* src = gmem + row0 * row_stride + chunk * Tile::kChunkElements;
 #pragma unroll
     for (int i = 0; i < kTotal / kThreads; ++i) {
       const bool valid = chunk_valid && (!kCheckRows || row0 + i * kRowStep < rows_valid);
@@ -47,7 +47,7 @@ __device__ __forceinline__ void load_tile_async(Element* smem, const Element* gm
       const int row = e / Tile::kChunks;
       const int chunk = e % Tile::kChunks;
       const bool valid = (!kCheckRows || row < rows_valid) && chunk < chunks_valid;
-      const Element* src = valid ? gmem + row * row_stride + chunk * 8 : gmem;
+      const Element* src = valid ? gmem + row * row_stride + chunk * Tile::kChunkElements : gmem;
       cp_async_16(smem + Tile::chunk_offset(row, chunk), src, valid);
     }
   }

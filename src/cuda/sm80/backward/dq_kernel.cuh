@@ -24,8 +24,10 @@
 
 namespace flashpp::cuda::sm80 {
 
-template <typename Element, int kHeadDim>
+template <typename Element_, int kHeadDim_>
 struct DqKernelShape {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
   using Tile = DqTile<kHeadDim>;
   static constexpr int kQueryRows = Tile::kQueryRows;
   static constexpr int kKeyRows = Tile::kKeyRows;
@@ -43,6 +45,119 @@ struct DqKernelShape {
   static constexpr int kVOffset = kKOffset + 2 * KvTile::kBytes;  // [2 stages]
   static constexpr int kSmemBytes = kVOffset + 2 * KvTile::kBytes;
 };
+
+// The dQ kernel's steps; each warp owns 16 query rows (row0 .. row0 + 15 of the tile) and all
+// kKeyRows keys of the current key tile.
+namespace dq {
+
+template <typename Shape>
+using RowAccumulator = float[Shape::kKeyRows / 8][4];
+
+// S = Q K^T and dP = dO V^T for the warp's 16 rows x kKeyRows keys.
+template <typename Shape>
+__device__ __forceinline__ void compute_scores_and_dp(
+    RowAccumulator<Shape>& s_acc, RowAccumulator<Shape>& dp_acc,
+    const FragmentReader<typename Shape::QTile, Operand::a_mk>& q_as_a,
+    const FragmentReader<typename Shape::QTile, Operand::a_mk>& do_as_a,
+    const FragmentReader<typename Shape::KvTile, Operand::b_nk>& k_as_b,
+    const FragmentReader<typename Shape::KvTile, Operand::b_nk>& v_as_b, int row0) {
+  using Element = typename Shape::Element;
+#pragma unroll
+  for (int k0 = 0; k0 < Shape::kHeadDim; k0 += 16) {
+    std::uint32_t a_q[4], a_do[4];
+    q_as_a.load(a_q, row0, k0);
+    do_as_a.load(a_do, row0, k0);
+#pragma unroll
+    for (int n = 0; n < Shape::kKeyRows / 16; ++n) {
+      std::uint32_t b_k[4], b_v[4];
+      k_as_b.load(b_k, 16 * n, k0);
+      v_as_b.load(b_v, 16 * n, k0);
+      mma_m16n8k16<Element>(s_acc[2 * n], a_q, {b_k[0], b_k[1]});
+      mma_m16n8k16<Element>(s_acc[2 * n + 1], a_q, {b_k[2], b_k[3]});
+      mma_m16n8k16<Element>(dp_acc[2 * n], a_do, {b_v[0], b_v[1]});
+      mma_m16n8k16<Element>(dp_acc[2 * n + 1], a_do, {b_v[2], b_v[3]});
+    }
+  }
+}
+
+// P = exp(S - L), dS = P o (dP - D) element by element (score_gradient.cuh), dS in place of S.
+// Element e of the thread: 8-key block e / 4, row g + 8 * ((e / 2) % 2), key 2t + e % 2 (the
+// mma accumulator layout). Query rows [i0 + row0, +16), keys [j0, j0 + kKeyRows) of the tensor.
+template <typename Shape>
+__device__ __forceinline__ void score_gradients(RowAccumulator<Shape>& s_acc,
+                                                const RowAccumulator<Shape>& dp_acc,
+                                                const BackwardParams& p,
+                                                std::int64_t i0, std::int64_t j0, int row0,
+                                                bool element_mask, std::uint32_t keep_bits,
+                                                const float (&lse_log2)[2],
+                                                const float (&delta)[2], int g, int t) {
+  constexpr int kKeyRows = Shape::kKeyRows;
+  with_score_flags<true>(p.softcap > 0.0f, element_mask, p.dropout.threshold != 0,
+                   [&](auto softcap_flag, auto mask_flag, auto dropout_flag) {
+    constexpr bool kSoftcap = decltype(softcap_flag)::value;
+    constexpr bool kMasked = decltype(mask_flag)::value;
+    constexpr bool kDropout = decltype(dropout_flag)::value;
+#pragma unroll
+    for (int n = 0; n < kKeyRows / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int half = e / 2;
+        const std::int64_t i = i0 + row0 + g + 8 * half;
+        const std::int64_t j = j0 + 8 * n + 2 * t + (e & 1);
+        const bool visible = !kMasked || element_visible(p.mask, p.k_len, i, j);
+        s_acc[n][e] = score_gradient<kSoftcap, kDropout>(p, s_acc[n][e], dp_acc[n][e], lse_log2[half],
+                                               delta[half], visible, (keep_bits >> (4 * n + e)) & 1u)
+                          .ds;
+      }
+    }
+  });
+}
+
+// dQ += dS K: dS from registers (two 8-key accumulator tiles = one 16-key A fragment).
+template <typename Shape>
+__device__ __forceinline__ void accumulate_dq(
+    float (&dq_acc)[Shape::kHeadDim / 8][4], const RowAccumulator<Shape>& ds,
+    const FragmentReader<typename Shape::KvTile, Operand::b_kn>& k_as_b_kn) {
+  using Element = typename Shape::Element;
+#pragma unroll
+  for (int kk = 0; kk < Shape::kKeyRows / 16; ++kk) {
+    const std::uint32_t a_ds[4] = {
+        pack_pair<Element>(ds[2 * kk][0], ds[2 * kk][1]),
+        pack_pair<Element>(ds[2 * kk][2], ds[2 * kk][3]),
+        pack_pair<Element>(ds[2 * kk + 1][0], ds[2 * kk + 1][1]),
+        pack_pair<Element>(ds[2 * kk + 1][2], ds[2 * kk + 1][3])};
+#pragma unroll
+    for (int n = 0; n < Shape::kHeadDim / 16; ++n) {
+      std::uint32_t b_k[4];
+      k_as_b_kn.load(b_k, 16 * kk, 16 * n);
+      mma_m16n8k16<Element>(dq_acc[2 * n], a_ds, {b_k[0], b_k[1]});
+      mma_m16n8k16<Element>(dq_acc[2 * n + 1], a_ds, {b_k[2], b_k[3]});
+    }
+  }
+}
+
+// scale * dQ, written once (rows past Nq and columns past the true head dim are dropped).
+template <typename Shape>
+__device__ __forceinline__ void write_dq(const float (&dq_acc)[Shape::kHeadDim / 8][4],
+                                         const BackwardParams& p, std::int64_t batch,
+                                         std::int64_t head, std::int64_t i0, int row0,
+                                         int head_dim, int g, int t) {
+  using Element = typename Shape::Element;
+  auto* dq = static_cast<Element*>(p.dq) + batch * p.dq_strides.batch + head * p.dq_strides.head;
+#pragma unroll
+  for (int n = 0; n < Shape::kHeadDim / 8; ++n) {
+    const int col = 8 * n + 2 * t;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t i = i0 + row0 + g + 8 * half;
+      if (i >= p.q_len || col >= head_dim) continue;
+      *reinterpret_cast<std::uint32_t*>(dq + i * p.dq_strides.row + col) =
+          pack_pair<Element>(dq_acc[n][2 * half] * p.scale, dq_acc[n][2 * half + 1] * p.scale);
+    }
+  }
+}
+
+}  // namespace dq
 
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
@@ -126,85 +241,27 @@ __global__ void __launch_bounds__(DqKernelShape<Element, kHeadDim>::kThreads)
     const std::int64_t j0 = (first_key_tile + step) * kKeyRows;
     const std::int64_t j1 = j0 + kKeyRows < p.k_len ? j0 + kKeyRows : p.k_len;
 
-    // S = Q K^T and dP = dO V^T for the warp's 16 rows x kKeyRows keys.
+    // S = Q K^T, dP = dO V^T
     float s_acc[kKeyRows / 8][4] = {};
     float dp_acc[kKeyRows / 8][4] = {};
-#pragma unroll
-    for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
-      std::uint32_t a_q[4], a_do[4];
-      q_as_a.load(a_q, row0, k0);
-      do_as_a.load(a_do, row0, k0);
-#pragma unroll
-      for (int n = 0; n < kKeyRows / 16; ++n) {
-        std::uint32_t b_k[4], b_v[4];
-        k_as_b.load(b_k, 16 * n, k0);
-        v_as_b.load(b_v, 16 * n, k0);
-        mma_m16n8k16<Element>(s_acc[2 * n], a_q, {b_k[0], b_k[1]});
-        mma_m16n8k16<Element>(s_acc[2 * n + 1], a_q, {b_k[2], b_k[3]});
-        mma_m16n8k16<Element>(dp_acc[2 * n], a_do, {b_v[0], b_v[1]});
-        mma_m16n8k16<Element>(dp_acc[2 * n + 1], a_do, {b_v[2], b_v[3]});
-      }
-    }
+    dq::compute_scores_and_dp<Shape>(s_acc, dp_acc, q_as_a, do_as_a, k_as_b, v_as_b, row0);
 
-    // dS element by element, in place of S. Element e of the thread: 8-key block e / 4, row
-    // g + 8 * ((e / 2) % 2), key 2t + e % 2 (the mma accumulator layout).
+    // P = exp(S - L), dS = P o (dP - D), in place of S
     const bool element_mask = tile_needs_element_test(p.mask, i0, i1, j0, j1, kKeyRows);
     const std::uint32_t keep_bits = dropout_keep_bits<kKeyRows / 2, true>(
         p, bh, [&](int e, std::int64_t& i, std::int64_t& j) {
           i = i0 + row0 + g + 8 * ((e / 2) % 2);
           j = j0 + 8 * (e / 4) + 2 * t + (e % 2);
         });
-    with_score_flags<true>(p.softcap > 0.0f, element_mask, p.dropout.threshold != 0,
-                     [&](auto softcap_flag, auto mask_flag, auto dropout_flag) {
-      constexpr bool kSoftcap = decltype(softcap_flag)::value;
-      constexpr bool kMasked = decltype(mask_flag)::value;
-      constexpr bool kDropout = decltype(dropout_flag)::value;
-#pragma unroll
-      for (int n = 0; n < kKeyRows / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int half = e / 2;
-          const std::int64_t i = i0 + row0 + g + 8 * half;
-          const std::int64_t j = j0 + 8 * n + 2 * t + (e & 1);
-          const bool visible = !kMasked || element_visible(p.mask, p.k_len, i, j);
-          s_acc[n][e] = score_gradient<kSoftcap, kDropout>(p, s_acc[n][e], dp_acc[n][e], lse_log2[half],
-                                                 delta[half], visible, (keep_bits >> (4 * n + e)) & 1u)
-                            .ds;
-        }
-      }
-    });
+    dq::score_gradients<Shape>(s_acc, dp_acc, p, i0, j0, row0, element_mask, keep_bits, lse_log2,
+                               delta, g, t);
 
-    // dQ += dS K: dS from registers (two 8-key accumulator tiles = one 16-key A fragment).
-#pragma unroll
-    for (int kk = 0; kk < kKeyRows / 16; ++kk) {
-      const std::uint32_t a_ds[4] = {
-          pack_pair<Element>(s_acc[2 * kk][0], s_acc[2 * kk][1]),
-          pack_pair<Element>(s_acc[2 * kk][2], s_acc[2 * kk][3]),
-          pack_pair<Element>(s_acc[2 * kk + 1][0], s_acc[2 * kk + 1][1]),
-          pack_pair<Element>(s_acc[2 * kk + 1][2], s_acc[2 * kk + 1][3])};
-#pragma unroll
-      for (int n = 0; n < kHeadDim / 16; ++n) {
-        std::uint32_t b_k[4];
-        k_as_b_kn.load(b_k, 16 * kk, 16 * n);
-        mma_m16n8k16<Element>(dq_acc[2 * n], a_ds, {b_k[0], b_k[1]});
-        mma_m16n8k16<Element>(dq_acc[2 * n + 1], a_ds, {b_k[2], b_k[3]});
-      }
-    }
+    // dQ += dS K
+    dq::accumulate_dq<Shape>(dq_acc, s_acc, k_as_b_kn);
   }
 
-  // scale * dQ, written once (rows past Nq and columns past the true head dim are dropped).
-  auto* dq = static_cast<Element*>(p.dq) + batch * p.dq_strides.batch + head * p.dq_strides.head;
-#pragma unroll
-  for (int n = 0; n < kHeadDim / 8; ++n) {
-    const int col = 8 * n + 2 * t;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const std::int64_t i = i0 + row0 + g + 8 * half;
-      if (i >= p.q_len || col >= head_dim) continue;
-      *reinterpret_cast<std::uint32_t*>(dq + i * p.dq_strides.row + col) =
-          pack_pair<Element>(dq_acc[n][2 * half] * p.scale, dq_acc[n][2 * half + 1] * p.scale);
-    }
-  }
+  // dQ *= scale
+  dq::write_dq<Shape>(dq_acc, p, batch, head, i0, row0, head_dim, g, t);
 }
 
 }  // namespace flashpp::cuda::sm80

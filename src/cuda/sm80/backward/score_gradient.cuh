@@ -11,13 +11,9 @@
 
 #include "../../common/math.cuh"
 #include "../../common/backward_params.hpp"
+#include "../../common/score_gradient.cuh"
 
 namespace flashpp::cuda::sm80 {
-
-struct ScoreGradient {
-  float p_dropped;  // P~: what dV = P~^T dO uses
-  float ds;         // dS with respect to scale * q.k (softcap chain applied); dQ, dK use it
-};
 
 // `lse_log2` is lse * log2(e), +inf where the row sees no key or does not exist, so P = 0 there.
 // `visible` is false for elements the mask hides; `kept` is the dropout decision (true without
@@ -40,15 +36,10 @@ __device__ __forceinline__ ScoreGradient score_gradient(const BackwardParams& p,
   }
   // Assign rather than multiply: a hidden element's exp2 may be inf.
   if (!visible) prob = 0.0f;
-  float p_dropped = prob;
-  if constexpr (kDropout) {
-    const float factor = kept ? p.dropout.keep_scale : 0.0f;
-    p_dropped = prob * factor;
-    dp *= factor;
-  }
-  float ds = prob * (dp - delta);
-  if constexpr (kSoftcap) ds *= softcap_chain;
-  return ScoreGradient{p_dropped, ds};
+  ScoreGradient sg = element_score_gradient<kDropout>(
+      prob, dp, delta, kDropout && kept ? p.dropout.keep_scale : 0.0f);
+  if constexpr (kSoftcap) sg.ds *= softcap_chain;  // dS with respect to scale * q.k
+  return sg;
 }
 
 // Calls body(std::bool_constant<softcap>, std::bool_constant<masked>,

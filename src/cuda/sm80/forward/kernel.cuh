@@ -32,6 +32,7 @@
 #include "../../common/forward_params.hpp"
 #include "../../common/forward_steps.cuh"
 #include "../../common/poison.cuh"
+#include "kv_pipeline.cuh"
 
 namespace flashpp::cuda::sm80 {
 
@@ -147,35 +148,32 @@ __device__ __forceinline__ void accumulate_pv(
 // The kernel
 // ---------------------------------------------------------------------------------------------
 
-// kExtras: the instantiation that also handles softcap and dropout (runtime-checked inside;
-// never register-capped by min_blocks, its Philox rounds need the room);
-// the plain one leaves their code out so it does not cost registers on the common path.
+// Dropout on P, in the kernel instantiation that has it (kExtras) and when p asks for it: either
+// the keep decisions of this tile, for accumulate_pv to apply to the packed P (the returned
+// pointer, to `keep`), or (tile sizes that dropout_signs does not cover) applied to s at once.
+// Null when nothing is left to apply.
 template <typename Traits, bool kExtras>
-__global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBlocks)
-    flash_fwd_kernel(const __grid_constant__ ForwardParams p) {
-  using Element = typename Traits::Element;
-  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kStages = Traits::kStages;
+__device__ __forceinline__ const DropoutSigns<Traits>* apply_dropout(
+    DropoutSigns<Traits>& keep, float (&s)[Traits::kMTiles][Traits::kNTiles][4],
+    const ForwardParams& p, std::uint32_t bh, std::int64_t row0, std::int64_t key0, int lane) {
+  if constexpr (kExtras) {
+    if (p.dropout.threshold != 0) {
+      if constexpr (kDropoutBySigns<Traits>) {
+        dropout_signs<Traits>(keep, p, bh, row0, key0, lane);
+        return &keep;
+      } else {
+        apply_dropout_per_element<Traits>(s, p, bh, row0, key0, lane);
+      }
+    }
+  }
+  return nullptr;
+}
 
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  poison_dynamic_smem(smem_raw);  // test builds only (poison.cuh)
-  Element* q_smem = reinterpret_cast<Element*>(smem_raw);
-  Element* kv_smem = q_smem + Traits::QTile::kElements;  // stage s: K at 2s, V at 2s+1
-  auto k_stage = [&](int s) { return kv_smem + (2 * s) * Traits::KVTile::kElements; };
-  auto v_stage = [&](int s) { return kv_smem + (2 * s + 1) * Traits::KVTile::kElements; };
-
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // Later query tiles see more keys under a causal mask: they start first (common/block_order.cuh).
-  const BlockItem item = block_item(static_cast<std::int64_t>(blockIdx.y) * gridDim.x + blockIdx.x,
-                                    gridDim.x, gridDim.y, p.heads_per_group);
-  const std::int64_t m_block = gridDim.x - 1 - item.rank;
-  const std::int64_t bh = p.bh_offset + item.head;
-  const std::int64_t b = bh / p.q_heads, h = bh % p.q_heads, h_kv = h / p.heads_per_kv;
-  const std::int64_t m0 = m_block * kBlockM;
-  const std::int64_t m_end = m0 + kBlockM < p.q_len ? m0 + kBlockM : p.q_len;
-  const int warp_row0 = warp * Traits::kRowsPerWarp;
-
-  float o[Traits::kMTiles][Traits::kDTiles][4];
-  float row_max[Traits::kMTiles][2], row_sum[Traits::kMTiles][2];
+// O = 0, running max = -inf, running sum = 0: the state before the first key tile.
+template <typename Traits>
+__device__ __forceinline__ void clear_accumulators(float (&o)[Traits::kMTiles][Traits::kDTiles][4],
+                                                   float (&row_max)[Traits::kMTiles][2],
+                                                   float (&row_sum)[Traits::kMTiles][2]) {
 #pragma unroll
   for (int mt = 0; mt < Traits::kMTiles; ++mt) {
 #pragma unroll
@@ -185,206 +183,105 @@ __global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBl
     row_max[mt][0] = row_max[mt][1] = -INFINITY;
     row_sum[mt][0] = row_sum[mt][1] = 0.0f;
   }
+}
+
+// Which query tile of which (batch, head) a block computes. Later query tiles see more keys
+// under a causal mask: they start first (common/block_order.cuh).
+struct ForwardBlock {
+  std::int64_t bh, b, h, h_kv;
+  std::int64_t m0, m_end;  // query rows [m0, m_end)
+};
+
+template <int kBlockM>
+__device__ __forceinline__ ForwardBlock forward_block(const ForwardParams& p) {
+  const BlockItem item = block_item(static_cast<std::int64_t>(blockIdx.y) * gridDim.x + blockIdx.x,
+                                    gridDim.x, gridDim.y, p.heads_per_group);
+  const std::int64_t m_block = gridDim.x - 1 - item.rank;
+  const std::int64_t bh = p.bh_offset + item.head;
+  const std::int64_t b = bh / p.q_heads, h = bh % p.q_heads, h_kv = h / p.heads_per_kv;
+  const std::int64_t m0 = m_block * kBlockM;
+  const std::int64_t m_end = m0 + kBlockM < p.q_len ? m0 + kBlockM : p.q_len;
+  return ForwardBlock{bh, b, h, h_kv, m0, m_end};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel
+// ---------------------------------------------------------------------------------------------
+
+// kExtras: the instantiation that also handles softcap and dropout (runtime-checked inside;
+// never register-capped by min_blocks, its Philox rounds need the room);
+// the plain one leaves their code out so it does not cost registers on the common path.
+template <typename Traits, bool kExtras>
+__global__ void __launch_bounds__(Traits::kThreads, kExtras ? 1 : Traits::kMinBlocks)
+    flash_fwd_kernel(const __grid_constant__ ForwardParams p) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  poison_dynamic_smem(smem_raw);  // test builds only (poison.cuh)
+  const ForwardSmem<Traits> smem(smem_raw);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const ForwardBlock blk = forward_block<Traits::kBlockM>(p);
+  const int warp_row0 = warp * Traits::kRowsPerWarp;  // this warp's first row in the tile
+
+  float o[Traits::kMTiles][Traits::kDTiles][4];
+  float row_max[Traits::kMTiles][2], row_sum[Traits::kMTiles][2];
+  clear_accumulators<Traits>(o, row_max, row_sum);
 
   // The key tiles this query tile visits, and of those the run that needs no element mask
   // (common/tile_range.hpp). An empty range writes O = 0, lse = -inf.
-  const KeyTileRange keys = key_tile_range(p.mask, p.k_len, m0, m_end, kBlockN);
+  const KeyTileRange keys = key_tile_range(p.mask, p.k_len, blk.m0, blk.m_end, Traits::kBlockN);
   if (keys.empty()) {
-    write_output<Traits>(o, row_max, row_sum, p, b, h, m0, warp_row0, lane, q_smem);
+    write_output<Traits>(o, row_max, row_sum, p, blk.b, blk.h, blk.m0, warp_row0, lane, smem.q);
     return;
   }
-  const std::int64_t tile_begin = keys.begin;
-  const std::int64_t tile_end = keys.end;
 
-  const Element* q_gmem = static_cast<const Element*>(p.q) + b * p.q_strides.batch +
-                          h * p.q_strides.head + m0 * p.q_strides.row;
-  const Element* k_gmem =
-      static_cast<const Element*>(p.k) + b * p.k_strides.batch + h_kv * p.k_strides.head;
-  const Element* v_gmem =
-      static_cast<const Element*>(p.v) + b * p.v_strides.batch + h_kv * p.v_strides.head;
-  const int chunks_valid = p.head_dim / 8;
-
-  // K/V tiles wholly inside [0, Nk) (all but possibly the last) take a lighter copy path when
-  // the block's threads cover whole rows: each thread keeps one chunk column of the tile and
-  // steps down by kKvRowStep rows, so the copy of a tile is one 64-bit add per chunk from a
-  // per-thread source pointer that the main loop advances by one tile per iteration (no
-  // per-tile n0 * stride products, no per-chunk selects). A chunk past the true head dim is
-  // zero-filled (src-size 0, nothing read); it is given its row's chunk 0, an address inside the
-  // tensor. Other shapes, the last partial tile, and the extras kernel (whose Philox code leaves
-  // no registers for the loop-carried pointers: ptxas spills more) use load_tile_async.
-  using KVTile = typename Traits::KVTile;
-  constexpr bool kKvWholeRows = !kExtras && Traits::kThreads % KVTile::kChunks == 0 &&
-                                (Traits::kThreads / KVTile::kChunks) % 8 == 0;
-  constexpr int kKvRowStep = kKvWholeRows ? Traits::kThreads / KVTile::kChunks : 8;
-  constexpr int kKvCopies = KVTile::kElements / 8 / Traits::kThreads;  // chunks per thread
-  const int kv_row0 = tid / KVTile::kChunks, kv_chunk = tid % KVTile::kChunks;
-  const bool kv_chunk_valid = kv_chunk < chunks_valid;
-  const int kv_col = kv_chunk_valid ? kv_chunk * 8 : 0;
-  const int kv_dst_offset = KVTile::chunk_offset(kv_row0, kv_chunk);
-
-  // k_from / v_from: this thread's first chunk of a full tile (row kv_row0, column kv_col).
-  auto copy_full_kv_tile = [&](const Element* k_from, const Element* v_from, int stage) {
-    Element* k_to = k_stage(stage) + kv_dst_offset;
-    Element* v_to = v_stage(stage) + kv_dst_offset;
-#pragma unroll
-    for (int i = 0; i < kKvCopies; ++i) {
-      cp_async_16(k_to + i * KVTile::kRowStepElements(kKvRowStep), k_from, kv_chunk_valid);
-      cp_async_16(v_to + i * KVTile::kRowStepElements(kKvRowStep), v_from, kv_chunk_valid);
-      k_from += kKvRowStep * p.k_strides.row;
-      v_from += kKvRowStep * p.v_strides.row;
-    }
-  };
-
-  // A tile whose rows may pass Nk: the checked loader zero-fills rows >= Nk.
-  auto load_partial_kv_tile = [&](std::int64_t tile, int stage) {
-    const std::int64_t n0 = tile * kBlockN;
-    load_tile_async<KVTile, Traits::kThreads>(k_stage(stage), k_gmem + n0 * p.k_strides.row,
-                                              p.k_strides.row, p.k_len - n0, chunks_valid, tid);
-    load_tile_async<KVTile, Traits::kThreads>(v_stage(stage), v_gmem + n0 * p.v_strides.row,
-                                              p.v_strides.row, p.k_len - n0, chunks_valid, tid);
-  };
-
-  auto load_kv_tile = [&](std::int64_t tile, int stage) {
-    const std::int64_t n0 = tile * kBlockN;
-    const Element* k_src = k_gmem + n0 * p.k_strides.row;
-    const Element* v_src = v_gmem + n0 * p.v_strides.row;
-    if (n0 + kBlockN <= p.k_len) {
-      if constexpr (kKvWholeRows) {
-        copy_full_kv_tile(k_src + kv_row0 * p.k_strides.row + kv_col,
-                          v_src + kv_row0 * p.v_strides.row + kv_col, stage);
-      } else {
-        load_tile_async<KVTile, Traits::kThreads, false>(k_stage(stage), k_src, p.k_strides.row,
-                                                         kBlockN, chunks_valid, tid);
-        load_tile_async<KVTile, Traits::kThreads, false>(v_stage(stage), v_src, p.v_strides.row,
-                                                         kBlockN, chunks_valid, tid);
-      }
-    } else {
-      load_partial_kv_tile(tile, stage);
-    }
-  };
-
-  // One K or V tile alone (the first tile's K and V go into separate copy groups).
-  auto load_single_tile = [&](Element* dst, const Element* gmem, std::int64_t row_stride,
-                              std::int64_t tile) {
-    const std::int64_t n0 = tile * kBlockN;
-    if (n0 + kBlockN <= p.k_len) {
-      load_tile_async<KVTile, Traits::kThreads, false>(dst, gmem + n0 * row_stride, row_stride,
-                                                       kBlockN, chunks_valid, tid);
-    } else {
-      load_tile_async<KVTile, Traits::kThreads>(dst, gmem + n0 * row_stride, row_stride,
-                                                p.k_len - n0, chunks_valid, tid);
-    }
-  };
-
-  // Tiles are counted from tile_begin in 32-bit (fewer than 2^31 per row block); there is at
-  // least one (key_first <= key_last).
-  const int num_tiles = static_cast<int>(tile_end - tile_begin);
-
-  // Prologue, in copy groups: G0 = Q + K0, G1 = V0, then one group per tile 1 .. stages - 2.
-  // The first tile's scores wait only for G0, so V0 lands while Q K0^T is computed; P V0 waits
-  // for G1. From tile 1 on, tile t is in group t + 1 and kStages + t groups are committed when
-  // iteration t waits, which leaves the usual kStages - 2 pending. The extras kernel keeps one
-  // group for Q + K0 + V0 (its extra first-tile wait costs ptxas spills there), and every tile t
-  // in group t.
-  constexpr bool kSplitFirstTile = !kExtras;
-  load_tile_async<typename Traits::QTile, Traits::kThreads>(q_smem, q_gmem, p.q_strides.row,
-                                                            p.q_len - m0, chunks_valid, tid);
-  if constexpr (kSplitFirstTile) {
-    load_single_tile(k_stage(0), k_gmem, p.k_strides.row, tile_begin);
-    cp_async_commit();
-    load_single_tile(v_stage(0), v_gmem, p.v_strides.row, tile_begin);
-  } else {
-    load_kv_tile(tile_begin, 0);
-  }
-  cp_async_commit();
-#pragma unroll
-  for (int s = 1; s < kStages - 1; ++s) {
-    if (s < num_tiles) load_kv_tile(tile_begin + s, s);
-    cp_async_commit();  // committed even when empty: the wait counts stay uniform
-  }
-
+  // Q, and K/V through the ring of stages (kv_pipeline.cuh).
+  KvPipeline<Traits, kExtras> kv(p, smem, blk.b, blk.h, blk.h_kv, blk.m0, keys, tid);
+  kv.prologue(blk.m0);
   // This warp's Q rows start at warp_row0, a multiple of 16: the swizzle's XOR term is the
   // same as at row 0, so the reader's base just moves down by whole rows.
   const FragmentReader<typename Traits::QTile, Operand::a_mk> q_reader(
-      q_smem + Traits::QTile::kRowStepElements(warp_row0), lane);
-  // The tiles needing no element mask, counted from tile_begin like `it`: [unmasked_first,
+      smem.q + Traits::QTile::kRowStepElements(warp_row0), lane);
+  // The tiles needing no element mask, counted from keys.begin like `it`: [unmasked_first,
   // unmasked_end), so that a tile costs two 32-bit compares.
-  const int unmasked_first = static_cast<int>(keys.unmasked_begin - tile_begin);
-  const int unmasked_end = static_cast<int>(keys.unmasked_end - tile_begin);
+  const int unmasked_first = static_cast<int>(keys.unmasked_begin - keys.begin);
+  const int unmasked_end = static_cast<int>(keys.unmasked_end - keys.begin);
+  kv.start_loop();
+  const auto bh32 = static_cast<std::uint32_t>(blk.bh);
 
-  // Prefetches of tiles it < num_full_tiles (counted from tile_begin) read only rows < Nk.
-  const std::int64_t full_tile_end = p.k_len / kBlockN < tile_end ? p.k_len / kBlockN : tile_end;
-  const int num_full_tiles = static_cast<int>(full_tile_end - tile_begin);
-  // The fast copy's source pointers for the first in-loop prefetch, tile_begin + kStages - 1.
-  const std::int64_t first_prefetch_n0 = (tile_begin + kStages - 1) * kBlockN;
-  const Element* k_next = k_gmem + (first_prefetch_n0 + kv_row0) * p.k_strides.row + kv_col;
-  const Element* v_next = v_gmem + (first_prefetch_n0 + kv_row0) * p.v_strides.row + kv_col;
-
-  const auto bh32 = static_cast<std::uint32_t>(bh);
-  for (int it = 0; it < num_tiles; ++it) {
-    const int stage = it % kStages;
-    // Tile `it` has landed for every thread (on the first tile: Q and K0; V0 may be in flight),
-    // and every warp is done with the stage the next prefetch overwrites (the one used in the
-    // previous iteration).
-    if (kSplitFirstTile && it == 0) {
-      cp_async_wait<kStages - 1>();
-    } else {
-      cp_async_wait<kStages - 2>();
-    }
-    __syncthreads();
-    const int prefetch = it + kStages - 1;
-    if constexpr (kKvWholeRows) {
-      if (prefetch < num_full_tiles) {
-        copy_full_kv_tile(k_next, v_next, prefetch % kStages);
-      } else if (prefetch < num_tiles) {  // the last tile, cut by Nk
-        load_partial_kv_tile(tile_begin + prefetch, prefetch % kStages);
-      }
-    } else {
-      if (prefetch < num_tiles) load_kv_tile(tile_begin + prefetch, prefetch % kStages);
-    }
-    if constexpr (kKvWholeRows) {
-      k_next += kBlockN * p.k_strides.row;
-      v_next += kBlockN * p.v_strides.row;
-    }
-    cp_async_commit();
-
+  for (int it = 0; it < kv.num_tiles; ++it) {
+    const int stage = kv.wait_and_prefetch(it);  // tile `it` landed; a later one loading
     // The lane-dependent parts of these readers are loop-invariant (hoisted by the compiler);
     // per tile only the stage base changes.
-    const FragmentReader<typename Traits::KVTile, Operand::b_nk> k_reader(k_stage(stage), lane);
-    const FragmentReader<typename Traits::KVTile, Operand::b_kn> v_reader(v_stage(stage), lane);
+    const FragmentReader<typename Traits::KVTile, Operand::b_nk> k_reader(smem.k_stage(stage), lane);
+    const FragmentReader<typename Traits::KVTile, Operand::b_kn> v_reader(smem.v_stage(stage), lane);
+
+    // S = Q K^T (scale folded into the softmax's exp2)
     float s[Traits::kMTiles][Traits::kNTiles][4];
     compute_scores<Traits>(s, q_reader, k_reader);
-
-    const std::int64_t n0 = (tile_begin + it) * kBlockN;
+    const std::int64_t n0 = (keys.begin + it) * Traits::kBlockN;
     if constexpr (kExtras) {
       if (p.softcap > 0.0f) apply_softcap<Traits>(s, p);
     }
     // Same answer as n0 + block_n > Nk || (mask active && !tile_fully_visible(m0, m_end, n0, ..)).
-    const bool needs_mask = it < unmasked_first || it >= unmasked_end;
-    if (needs_mask) apply_mask<Traits>(s, p, m0 + warp_row0, n0, lane);
+    if (it < unmasked_first || it >= unmasked_end) {
+      apply_mask<Traits>(s, p, blk.m0 + warp_row0, n0, lane);
+    }
 
+    // m' = max(m, rowmax S), P = exp(S - m'), l = exp(m - m') l + rowsum P, O *= exp(m - m')
     rescale_output<Traits>(o, online_softmax_update<Traits>(s, row_max, row_sum, p.scale_log2));
+
+    // Dropout on P (extras kernel): decided now, applied as P is packed for P V.
     DropoutSigns<Traits> keep;
-    const DropoutSigns<Traits>* dropped = nullptr;
-    if constexpr (kExtras) {
-      if (p.dropout.threshold != 0) {
-        if constexpr (kDropoutBySigns<Traits>) {
-          dropout_signs<Traits>(keep, p, bh32, m0 + warp_row0, n0, lane);
-          dropped = &keep;
-        } else {
-          apply_dropout_per_element<Traits>(s, p, bh32, m0 + warp_row0, n0, lane);
-        }
-      }
-    }
-    if (kSplitFirstTile && it == 0) {  // V0 (group G1): kStages + 1 groups are committed by now
-      cp_async_wait<kStages - 1>();
-      __syncthreads();
-    }
+    const DropoutSigns<Traits>* dropped =
+        apply_dropout<Traits, kExtras>(keep, s, p, bh32, blk.m0 + warp_row0, n0, lane);
+
+    // O += P V
+    kv.wait_first_v(it);
     accumulate_pv<Traits>(o, s, v_reader, dropped);
   }
-  cp_async_wait<0>();  // leave no copy in flight into shared memory that is about to be freed
+  kv.drain();
 
-  write_output<Traits>(o, row_max, row_sum, p, b, h, m0, warp_row0, lane, q_smem);
+  // O /= l, lse = m * scale + log l
+  write_output<Traits>(o, row_max, row_sum, p, blk.b, blk.h, blk.m0, warp_row0, lane, smem.q);
 }
 
 }  // namespace flashpp::cuda::sm80

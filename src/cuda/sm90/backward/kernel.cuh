@@ -40,6 +40,7 @@
 #include "../../common/backward_params.hpp"
 #include "../../common/block_order.cuh"
 #include "../../common/dropout_signs.cuh"
+#include "../../common/score_gradient.cuh"
 #include "../../common/math.cuh"
 #include "../../common/swizzle.cuh"
 #include "../../ptx/tma.cuh"
@@ -475,14 +476,12 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
           const std::int64_t j = key0 + g + 8 * (c >> 1), i = st.m0 + col;
           if (j >= p.k_len || !p.mask.visible(i, j)) prob = 0.0f;
         }
-        float dp = dp_t[nt][c];
-        if constexpr (Traits::kDropout) {  // P~ = P z for dV; dS = P (dP z - delta)
-          dp *= factor[nt][c];
-          s_t[nt][c] = prob * factor[nt][c];
-        } else {
-          s_t[nt][c] = prob;
-        }
-        dp_t[nt][c] = prob * (dp - ((c & 1) ? delta.y : delta.x));
+        // P~ = P z for dV; dS = P (dP z - delta) (common/score_gradient.cuh)
+        const ScoreGradient sg = element_score_gradient<Traits::kDropout>(
+            prob, dp_t[nt][c], (c & 1) ? delta.y : delta.x,
+            Traits::kDropout ? factor[nt][c] : 1.0f);
+        s_t[nt][c] = sg.p_dropped;
+        dp_t[nt][c] = sg.ds;
       }
     }
     std::uint32_t p_a[Traits::kBlockM / 16][4], ds_a[Traits::kBlockM / 16][4];

@@ -5,13 +5,18 @@
 #pragma once
 
 #include "../../../common/host_device.hpp"
+#include "../../common/swizzle.cuh"
 
 namespace flashpp::cuda::sm90::fp8 {
 
-// Byte offset of (row, byte column) in a tile of 128-byte rows, 128-byte swizzled (the 16-byte
-// chunk index XORed with row % 8), as the copy engine writes and wgmma reads it.
+// A 128-column panel of 1-byte e4m3 elements: rows of 128 bytes, 128-byte swizzled (the 16-byte
+// chunk index XORed with row % 8), as the copy engine writes and wgmma reads it. The swizzle is
+// common/swizzle.cuh's, over 1-byte elements; the row count does not enter the offsets.
+using Fp8Panel = SwizzledTile<8, 128, 1>;
+
+// Byte offset of (row, byte column) in such a panel (column < 128).
 FLASHPP_HD int swizzled_offset(int row, int column) {
-  return row * 128 + ((((column >> 4) ^ row) & 7) << 4) + (column & 15);
+  return row * 128 + Fp8Panel::swizzled_chunk(row, (column >> 4) & 7) * 16 + (column & 15);
 }
 
 // The key at k position `position` (0..127) of a key tile in the P V product: within each
