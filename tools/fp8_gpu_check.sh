@@ -88,7 +88,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >
 echo "GPU: $(cat "$LOG/gpu.txt")"
 
 # ---- SASS: the FP8 kernels use the e4m3 tensor-core instruction and no local memory ---------------
-objs=$(find "$BUILD" -path '*forward_fp8/instances/*.o' | sort)
+objs=$(find "$BUILD" -path '*/cuda_instances/sm90_fwd_fp8_*.o' | sort)  # src/cuda/instances.cmake
 if [ -n "$objs" ] && command -v cuobjdump >/dev/null; then
   qgmma=0 local_ops=0 hmma=0 details=""
   for obj in $objs; do

@@ -14,6 +14,7 @@
 #include "common/check_cuda.hpp"
 #include "common/poison.cuh"
 #include "families.hpp"
+#include "instances.hpp"
 
 namespace flashpp::cuda {
 namespace {
@@ -33,13 +34,15 @@ std::string misaligned_tensor(const detail::BackwardArgs& a) {
 }
 
 // Why the sm90 family cannot run this backward (empty when it can): its device and build, and
-// what it covers so far (head dims 64 and 128 after rounding up; no softcap, and no deterministic
-// mode with dropout: those run on the sm80 family).
+// what it covers so far (the kernel head dims of Sm90BackwardHeadDims in instances.hpp, 64 and
+// 128; no softcap, and no deterministic mode with dropout: those run on the sm80 family).
 std::string sm90_backward_unsupported(const detail::Problem& pr, bool deterministic) {
   std::string reason = sm90_unavailable_reason(pr.device.index);
   if (!reason.empty()) return reason;
-  const int d = kernel_head_dim(pr.D);
-  if (d != 64 && d != 128) return "the sm90 backward covers head dims up to 64 and 65..128";
+  if (!Sm90BackwardHeadDims::contains(kernel_head_dim(pr.D))) {
+    return "the sm90 backward covers kernel head dims " + Sm90BackwardHeadDims::text() +
+           " (a head dim rounds up to the next of " + Sm80BackwardHeadDims::text() + ")";
+  }
   if (pr.softcap > 0.0f) return "the sm90 backward has no softcap yet";
   if (deterministic && pr.dropout.threshold != 0) {
     return "the sm90 backward has no deterministic mode with dropout yet";

@@ -3,27 +3,19 @@
 //   sm80  the portable FlashAttention-2 design on mma.sync and cp.async (sm_80 and later);
 //   sm90  the Hopper design on wgmma, TMA and warp specialisation (sm_90a builds, on compute
 //         capability 9.0 devices).
-// Each family's run_forward / run_backward picks its instantiation for (dtype, head dim).
+// Each family's run_forward / run_backward picks its instantiation for (dtype, head dim); the head
+// dims each family is compiled for are listed in instances.hpp.
 // FLASHPP_CUDA_FAMILY=sm80|sm90 in the environment forces a family (read on every call).
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <cstdint>
 #include <string>
 
 #include "../api/problem.hpp"
 #include "common/forward_params.hpp"
 
 namespace flashpp::cuda {
-
-// The smallest instantiated head dim >= D (0 when none), over a family's ascending list.
-template <std::size_t N>
-constexpr int instantiated_head_dim(const int (&dims)[N], std::int64_t D) {
-  for (int d : dims)
-    if (D <= d) return d;
-  return 0;
-}
 
 // The family FLASHPP_CUDA_FAMILY asks for: "" (auto), "sm80" or "sm90"; anything else throws.
 std::string requested_family();
@@ -34,7 +26,6 @@ std::string sm90_unavailable_reason(int device);
 struct BackwardParams;  // common/backward_params.hpp
 
 namespace sm80 {
-inline constexpr int kForwardHeadDims[] = {32, 64, 96, 128, 192, 256};
 void run_forward(const ForwardParams& params, const detail::Problem& problem, cudaStream_t stream);
 // The backward: every kernel head dim of common/backward_workspace.hpp (sm80/backward/).
 void run_backward(const BackwardParams& params, const detail::BackwardArgs& args,
@@ -42,14 +33,11 @@ void run_backward(const BackwardParams& params, const detail::BackwardArgs& args
 }  // namespace sm80
 
 namespace sm90 {
-inline constexpr int kForwardHeadDims[] = {64, 96, 128, 192, 256};
 void run_forward(const ForwardParams& params, const detail::ForwardArgs& args, cudaStream_t stream);
-// The FP8 (e4m3 inputs) forward: head dims 64, 128, 256 (others round up).
-inline constexpr int kFp8ForwardHeadDims[] = {64, 128, 256};
+// The FP8 (e4m3 inputs) forward.
 void run_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& args,
                      cudaStream_t stream);
-// The backward's head dims (kernel head dims of common/backward_workspace.hpp it instantiates).
-inline constexpr int kBackwardHeadDims[] = {64, 128};
+// The backward, at the kernel head dims of common/backward_workspace.hpp that it instantiates.
 void run_backward(const BackwardParams& params, const detail::BackwardArgs& args,
                   cudaStream_t stream);
 }  // namespace sm90

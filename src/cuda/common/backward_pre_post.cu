@@ -214,15 +214,12 @@ template <typename Element>
 void launch_preprocess(const BackwardParams& p, cudaStream_t stream) {
   const std::int64_t rows = p.batch * p.q_heads * p.rows_padded;
   if (rows == 0) return;
-  auto* kernel = &bwd_preprocess_kernel<Element, 8>;
-  switch (p.accum_width) {  // the kernel head dim (backward_workspace.hpp)
-    case 32: kernel = &bwd_preprocess_kernel<Element, 1>; break;
-    case 64: kernel = &bwd_preprocess_kernel<Element, 2>; break;
-    case 96: kernel = &bwd_preprocess_kernel<Element, 3>; break;
-    case 128: kernel = &bwd_preprocess_kernel<Element, 4>; break;
-    case 192: kernel = &bwd_preprocess_kernel<Element, 6>; break;
-    default: break;  // 256
-  }
+  // One instantiation per kernel head dim (the accumulator width, backward_workspace.hpp).
+  void (*kernel)(BackwardParams) = nullptr;
+  Sm80BackwardHeadDims::dispatch(p.accum_width, [&](auto kHeadDim) {
+    static_assert(decltype(kHeadDim)::value % 32 == 0, "whole 16-byte loads per lane of a quad");
+    kernel = &bwd_preprocess_kernel<Element, decltype(kHeadDim)::value / 32>;
+  });
   kernel<<<static_cast<unsigned>(blocks_for(rows, kRowsPerPrepBlock)), kPrepThreads, 0, stream>>>(
       p);
   check_launch("backward preprocess kernel launch");

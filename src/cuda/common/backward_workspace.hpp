@@ -8,21 +8,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../instances.hpp"
 #include "tail_split.hpp"
 
 namespace flashpp::cuda {
 
-// The head dims that have kernel instantiations (the sm80 family has all of them, the sm90
-// family 64 and 128: families.hpp); any other multiple of 8 up to 256 runs on the next one up,
-// with the extra columns zero-filled in shared memory and never stored.
-inline constexpr int kInstantiatedHeadDims[] = {32, 64, 96, 128, 192, 256};
-
-constexpr int kernel_head_dim(std::int64_t d) {
-  for (int h : kInstantiatedHeadDims) {
-    if (d <= h) return h;
-  }
-  return 0;  // unsupported
-}
+// The kernel head dim of a backward: the head dim rounded up to one the sm80 family instantiates
+// (Sm80BackwardHeadDims in instances.hpp; the sm90 family has a subset of them), 0 when none is
+// (unsupported). The extra columns are zero-filled in shared memory and never stored.
+constexpr int kernel_head_dim(std::int64_t d) { return Sm80BackwardHeadDims::round_up(d); }
 
 // Keys per block of the sm80 main kernel (sm80/backward/tile_config.hpp takes its key tile from
 // here): also the rows of a split unit, so the split area of the workspace is sized by it.

@@ -3,7 +3,8 @@
 //   preprocess (delta, lse in log2 units; common/backward_pre_post.cu)
 //   -> main kernel per key tile (dK, dV; dQ by atomics unless deterministic)
 //   -> postprocess (dQ accumulator -> dq)     or, deterministic: dQ kernel per query tile
-// The kernels' launchers are instantiated one (Element, kHeadDim) per file in instances/.
+// The kernels' launchers are instantiated one (Element, kHeadDim) per file, for the kernel head
+// dims of Sm80BackwardHeadDims (instances.hpp; the files are generated from instances.cmake).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -14,6 +15,7 @@
 #include "../../common/backward_pre_post.cuh"
 #include "../../common/backward_workspace.hpp"
 #include "../../families.hpp"
+#include "../../instances.hpp"
 #include "launch.hpp"
 
 namespace flashpp::cuda::sm80 {
@@ -37,16 +39,13 @@ void run_kernels(const BackwardParams& args_params, bool deterministic, cudaStre
 
 template <typename Element>
 void dispatch_head_dim(const BackwardParams& p, bool deterministic, cudaStream_t stream) {
-  switch (kernel_head_dim(p.head_dim)) {
-    case 32: return run_kernels<Element, 32>(p, deterministic, stream);
-    case 64: return run_kernels<Element, 64>(p, deterministic, stream);
-    case 96: return run_kernels<Element, 96>(p, deterministic, stream);
-    case 128: return run_kernels<Element, 128>(p, deterministic, stream);
-    case 192: return run_kernels<Element, 192>(p, deterministic, stream);
-    case 256: return run_kernels<Element, 256>(p, deterministic, stream);
-    default:
-      throw Error(ErrorCode::internal,
-                  "flashpp::backward: no CUDA kernel for head dim " + std::to_string(p.head_dim));
+  const int head_dim = kernel_head_dim(p.head_dim);
+  const bool ran = Sm80BackwardHeadDims::dispatch(head_dim, [&](auto kHeadDim) {
+    run_kernels<Element, decltype(kHeadDim)::value>(p, deterministic, stream);
+  });
+  if (!ran) {
+    throw Error(ErrorCode::internal,
+                "flashpp::backward: no CUDA kernel for head dim " + std::to_string(p.head_dim));
   }
 }
 

@@ -1,6 +1,6 @@
 // Launchers of the backward's per-head-dim kernels. Each (Element, kHeadDim) pair is explicitly
-// instantiated in its own small file under instances/, so the build parallelises and a change to
-// one kernel recompiles little.
+// instantiated in its own small file (generated from src/cuda/instances.cmake), so the build
+// parallelises and a change to one kernel recompiles little.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,4 +1,5 @@
-// Definitions of the launchers declared in launch.hpp; included only by instances/*.cu.
+// Definitions of the launchers declared in launch.hpp; included only by the instance files
+// (src/cuda/instances.cmake).
 #pragma once
 
 #include <atomic>

@@ -13,6 +13,7 @@
 #include "../../common/check_cuda.hpp"
 #include "../../common/poison.cuh"
 #include "../../decode.hpp"
+#include "../../instances.hpp"
 #include "kernel.cuh"
 
 namespace flashpp::cuda {
@@ -66,12 +67,13 @@ bool aligned_view(const TensorView& t) {
   return true;
 }
 
+// D: one of Sm80DecodeHeadDims (decode_unsupported_reason checked it).
 int smem_bytes_for(std::int64_t D) {
-  switch (D) {
-    case 64: return decode::DecodeConfig<64>::kSmemBytes;
-    case 128: return decode::DecodeConfig<128>::kSmemBytes;
-    default: return decode::DecodeConfig<256>::kSmemBytes;
-  }
+  int bytes = 0;
+  Sm80DecodeHeadDims::dispatch(D, [&](auto kHeadDim) {
+    bytes = decode::DecodeConfig<decltype(kHeadDim)::value>::kSmemBytes;
+  });
+  return bytes;
 }
 
 // SMs, shared memory per SM and compute capability of `device`, asked once per device.
@@ -171,11 +173,11 @@ int workspace_splits(const KvCacheArgs& a) {
 
 template <typename Element>
 void dispatch_head_dim(std::int64_t D, const decode::DecodeParams& p, cudaStream_t stream) {
-  switch (D) {
-    case 64: decode::launch_decode<Element, 64>(p, stream); break;
-    case 128: decode::launch_decode<Element, 128>(p, stream); break;
-    case 256: decode::launch_decode<Element, 256>(p, stream); break;
-    default: throw Error(ErrorCode::internal, "flashpp::forward_kvcache: no decode kernel for D");
+  const bool launched = Sm80DecodeHeadDims::dispatch(D, [&](auto kHeadDim) {
+    decode::launch_decode<Element, decltype(kHeadDim)::value>(p, stream);
+  });
+  if (!launched) {
+    throw Error(ErrorCode::internal, "flashpp::forward_kvcache: no decode kernel for D");
   }
 }
 
@@ -207,8 +209,9 @@ void fill_cache_addressing(Params& p, const KvCacheArgs& a) {
 
 std::string decode_unsupported_reason(const KvCacheArgs& a) {
   const std::int64_t D = a.problem.D;
-  if (D != 64 && D != 128 && D != 256) {
-    return "q: the CUDA decode kernels support head dims 64, 128 and 256, got " + std::to_string(D);
+  if (!Sm80DecodeHeadDims::contains(D)) {
+    return "q: the CUDA decode kernels support head dims " + Sm80DecodeHeadDims::text() + ", got " +
+           std::to_string(D);
   }
   if (a.paged && a.page_size % 16 != 0) {
     return "k_cache: the CUDA decode kernels need a page size that is a multiple of 16, got " +

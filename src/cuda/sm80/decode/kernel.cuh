@@ -436,7 +436,7 @@ __global__ void __launch_bounds__(kThreads) decode_combine_rows_kernel(const Dec
   }
 }
 
-// Host side, per instantiation (instances/*.cu).
+// Host side, per instantiation (generated from src/cuda/instances.cmake).
 template <typename Element, int D>
 void launch_decode(const DecodeParams& params, cudaStream_t stream);
 

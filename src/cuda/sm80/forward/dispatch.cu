@@ -1,6 +1,6 @@
 // The sm80 family's forward entry: picks the instantiation for (dtype, head dim), rounding a head
-// dim up to the next instantiated one (the extra columns are zero-filled in shared memory and
-// never stored).
+// dim up to the next one of Sm80ForwardHeadDims (instances.hpp; the extra columns are zero-filled
+// in shared memory and never stored).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "../../families.hpp"
+#include "../../instances.hpp"
 
 namespace flashpp::cuda {
 namespace sm80 {
@@ -20,21 +21,18 @@ namespace {
 template <typename Element>
 void launch_for_head_dim(int head_dim, const ForwardParams& params, std::int64_t batch_heads,
                          cudaStream_t stream) {
-  switch (head_dim) {
-    case 32: return launch_forward<Element, 32>(params, batch_heads, stream);
-    case 64: return launch_forward<Element, 64>(params, batch_heads, stream);
-    case 96: return launch_forward<Element, 96>(params, batch_heads, stream);
-    case 128: return launch_forward<Element, 128>(params, batch_heads, stream);
-    case 192: return launch_forward<Element, 192>(params, batch_heads, stream);
-    case 256: return launch_forward<Element, 256>(params, batch_heads, stream);
-    default: throw Error(ErrorCode::internal, "sm80 forward: no instantiation for this head dim");
+  const bool launched = Sm80ForwardHeadDims::dispatch(head_dim, [&](auto kHeadDim) {
+    launch_forward<Element, decltype(kHeadDim)::value>(params, batch_heads, stream);
+  });
+  if (!launched) {
+    throw Error(ErrorCode::internal, "sm80 forward: no instantiation for this head dim");
   }
 }
 
 }  // namespace
 
 void run_forward(const ForwardParams& params, const detail::Problem& p, cudaStream_t stream) {
-  const int head_dim = instantiated_head_dim(kForwardHeadDims, p.D);
+  const int head_dim = Sm80ForwardHeadDims::round_up(p.D);
   const std::int64_t batch_heads = p.B * p.Hq;
   if (p.dtype == DType::f16) {
     launch_for_head_dim<__half>(head_dim, params, batch_heads, stream);

@@ -1,6 +1,7 @@
 // Launches one instantiation (element type x head dim) of the sm80 forward: grid, shared memory
 // opt-in, and the choice between the plain kernel and the one with softcap/dropout code.
-// Each instances/fwd_d*_*.cu file instantiates launch_forward for one (Element, kHeadDim).
+// Each sm80_fwd_d*_*.cu instance (src/cuda/instances.cmake) instantiates launch_forward for one
+// (Element, kHeadDim).
 #pragma once
 
 #include <cuda_runtime.h>

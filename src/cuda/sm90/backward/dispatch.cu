@@ -1,4 +1,5 @@
-// The sm90 family's backward entry: picks the instantiation for (dtype, kernel head dim).
+// The sm90 family's backward entry: picks the instantiation for (dtype, kernel head dim): one of
+// Sm90BackwardHeadDims (instances.hpp), which the caller checked (backward_dispatch.cu).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -6,6 +7,7 @@
 #include "../../common/backward_workspace.hpp"
 #include "../../common/backward_params.hpp"
 #include "../../families.hpp"
+#include "../../instances.hpp"
 
 namespace flashpp::cuda::sm90 {
 
@@ -18,11 +20,11 @@ namespace {
 template <typename Element>
 void run_for_head_dim(const BackwardParams& params, const detail::BackwardArgs& args,
                       cudaStream_t stream) {
-  switch (kernel_head_dim(params.head_dim)) {
-    case 64: return run_backward_for<Element, 64>(params, args, stream);
-    case 128: return run_backward_for<Element, 128>(params, args, stream);
-    default: throw Error(ErrorCode::internal, "sm90 backward: no instantiation for this head dim");
-  }
+  const int head_dim = kernel_head_dim(params.head_dim);
+  const bool ran = Sm90BackwardHeadDims::dispatch(head_dim, [&](auto kHeadDim) {
+    run_backward_for<Element, decltype(kHeadDim)::value>(params, args, stream);
+  });
+  if (!ran) throw Error(ErrorCode::internal, "sm90 backward: no instantiation for this head dim");
 }
 
 }  // namespace

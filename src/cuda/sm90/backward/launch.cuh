@@ -2,7 +2,8 @@
 // with the sm80 family: delta, lse in log2 units, the dQ accumulator zeroed), the main kernel
 // (tensor maps, grid of key tiles x batch*kv heads, longest first under a mask), and the dQ
 // postprocess (also the sm80 family's: the accumulator is fragment-ordered, common/dq_accum.cuh).
-// Each instances/bwd_*.cu file instantiates run_backward_for for one (Element, kHeadDim).
+// Each sm90_bwd_*.cu instance (src/cuda/instances.cmake) instantiates run_backward_for for one
+// (Element, kHeadDim).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,6 +1,7 @@
 // Launches one instantiation (element type x head dim) of the sm90 forward: the tensor maps of
 // Q, K and V, the grid (query tiles x batch*heads, longest first under a mask), the shared-memory
-// opt-in. Each instances/fwd_*.cu file instantiates launch_forward for one (Element, kHeadDim).
+// opt-in. Each sm90_fwd_*.cu instance (src/cuda/instances.cmake) instantiates launch_forward for
+// one (Element, kHeadDim).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,6 +1,0 @@
-// Backward deterministic dQ kernel, head dim 128, f16.
-#include "../launch_impl.cuh"
-
-namespace flashpp::cuda::sm80 {
-template void launch_dq<__half, 128>(const BackwardParams&, cudaStream_t);
-}  // namespace flashpp::cuda::sm80

@@ -1,6 +1,0 @@
-// Decode kernels for head dim 128, bf16 (one instantiation per file: parallel builds).
-#include "../launch.cuh"
-
-namespace flashpp::cuda::decode {
-template void launch_decode<__nv_bfloat16, 128>(const DecodeParams&, cudaStream_t);
-}  // namespace flashpp::cuda::decode

@@ -1,6 +1,0 @@
-// The sm90 forward for head dim 192 (and the multiples of 8 rounded up to it), fp16.
-#include "../launch.cuh"
-
-namespace flashpp::cuda::sm90 {
-template void launch_forward<__half, 192>(const ForwardParams&, const detail::ForwardArgs&, cudaStream_t);
-}  // namespace flashpp::cuda::sm90

@@ -1,6 +1,0 @@
-// The sm90 FP8 forward for head dim 64 (and the multiples of 16 rounded up to it), fp16 output.
-#include "../launch.cuh"
-
-namespace flashpp::cuda::sm90::fp8 {
-template void launch_forward_fp8<__half, 64>(const ForwardParams&, const detail::ForwardArgs&, cudaStream_t);
-}  // namespace flashpp::cuda::sm90::fp8
