@@ -7,8 +7,10 @@ libflashpp.so): no Python extension build needed.
 Run one process per thread count: flashpp's OpenMP reads OMP_NUM_THREADS when it starts (this
 script sets it before loading the library), torch gets torch.set_num_threads. Prints one line per
 (dtype, causal, direction): GFLOPS of both (medians over --reps rounds, each round timing flashpp
-and torch back to back) and their ratio, plus the largest difference between the two outputs
-(relative to the largest output magnitude) as a sanity check. FLOPs: forward 4*B*H*N*N*D (halved
+and torch back to back) and their ratio, the largest difference between the two outputs
+(relative to the largest output magnitude; backward: the largest of dQ's, dK's, dV's) as a
+sanity check, and the CPU kernel that ran in each direction (flashpp_cpu_kernel: e.g. "amx bf16
+backward (tdpbf16ps tiles)" for the bf16 backward on AMX). FLOPs: forward 4*B*H*N*N*D (halved
 when causal), backward 2.5x the forward.
 
 AVX2 proxy on an AVX-512 machine: FLASHPP_CPU_ISA=avx2 for flashpp; for torch
@@ -89,6 +91,8 @@ def main():
     print(f"# threads={args.threads} B={B} H={H} N={N} D={D} torch={torch.__version__} "
           f"torch_threads={torch.get_num_threads()}", flush=True)
     for dt in args.dtypes.split(","):
+        print(f"# kernels {dt}: fwd {fp.kernel(dt, False)}; bwd {fp.kernel(dt, True).split(';')[0]}", flush=True)
+    for dt in args.dtypes.split(","):
         for causal in [bool(int(c)) for c in args.causal.split(",")]:
             if args.deadline and time.time() > args.deadline:
                 print(f"SKIP {dt} causal={int(causal)}: deadline", flush=True)
@@ -138,8 +142,11 @@ def main():
             t_fp_f, t_t_f, t_fp_b, t_t_b = (statistics.median(times[key]) for key in ("fp_f", "t_f", "fp_b", "t_b"))
             scale = ref.float().abs().max().item()
             diff_o = (o.float() - ref.float()).abs().max().item() / scale
-            dq_ref = qt.grad.float()
-            diff_dq = (dq.float() - dq_ref).abs().max().item() / max(dq_ref.abs().max().item(), 1e-30)
+            def rel_diff(ours, theirs):
+                theirs = theirs.float()
+                return (ours.float() - theirs).abs().max().item() / max(theirs.abs().max().item(), 1e-30)
+            # the backward's sanity figure: the largest of dQ's, dK's and dV's
+            diff_dq = max(rel_diff(dq, qt.grad), rel_diff(dk, kt.grad), rel_diff(dv, vt.grad))
             for direction, tf, tt, f in (("fwd", t_fp_f, t_t_f, flops), ("bwd", t_fp_b, t_t_b, 2.5 * flops)):
                 gf, gt = f / tf / 1e9, f / tt / 1e9
                 kern = fp.kernel(dt, direction == "bwd").split(";")[0]

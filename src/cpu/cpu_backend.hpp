@@ -49,9 +49,11 @@ void forward_kvcache(const detail::KvCacheArgs& args, bool reference);
   void flash_forward(const detail::ForwardArgs& args);                    \
   void flash_backward(const detail::BackwardArgs& args, float* d_rows);   \
   }
-// Entry points of the bf16 engines (src/cpu/kernels/forward_bf16.cpp): the forward with its
-// tile products on bf16 dot-product units (AVX512-BF16) or tiles (AMX-BF16).
-#define FLASHPP_DECLARE_CPU_BF16_KERNELS(isa)                             \
-  namespace flashpp::cpu::isa {                                           \
-  void flash_forward_bf16(const detail::ForwardArgs& args);               \
+// Entry points of the bf16 engines (src/cpu/kernels/forward_bf16.cpp, backward_bf16.cpp): the
+// forward and the backward with their tile products on bf16 dot-product units (AVX512-BF16),
+// tiles (AMX-BF16) or emulated tiles (the amx_emulated level, for tests).
+#define FLASHPP_DECLARE_CPU_BF16_KERNELS(isa)                                \
+  namespace flashpp::cpu::isa {                                              \
+  void flash_forward_bf16(const detail::ForwardArgs& args);                  \
+  void flash_backward_bf16(const detail::BackwardArgs& args, float* d_rows); \
   }

@@ -135,10 +135,31 @@ IsaLevel supported_isa() {
 
 const char* cpu_feature_summary() { return features().summary.c_str(); }
 
+bool amx_emulation_requested() {
+  const char* env = std::getenv("FLASHPP_CPU_ISA");
+  return env != nullptr && std::strcmp(env, "amx_emulated") == 0;
+}
+
 IsaLevel active_isa() {
   const IsaLevel best = supported_isa();
   const char* env = std::getenv("FLASHPP_CPU_ISA");
   if (env == nullptr || *env == '\0') return best;
+  if (std::strcmp(env, "amx_emulated") == 0) {
+    // The AMX engines on emulated tiles, built with AVX2 flags; the float32 kernels at avx2.
+#if FLASHPP_CPU_AMX_EMULATION
+    if (best < IsaLevel::avx2) {
+      throw Error(ErrorCode::unsupported,
+                  std::string("FLASHPP_CPU_ISA=amx_emulated: the emulation needs avx2; this CPU "
+                              "supports up to '") + to_string(best) + "' (" +
+                      cpu_feature_summary() + ")");
+    }
+    return IsaLevel::avx2;
+#else
+    throw Error(ErrorCode::unsupported,
+                "FLASHPP_CPU_ISA=amx_emulated: this build has no AMX emulation "
+                "(configured with -DFLASHPP_CPU_AMX_EMULATION=OFF)");
+#endif
+  }
   for (int i = 0; i <= static_cast<int>(IsaLevel::amx); ++i) {
     const auto level = static_cast<IsaLevel>(i);
     if (std::strcmp(env, to_string(level)) != 0) continue;
@@ -150,8 +171,8 @@ IsaLevel active_isa() {
     return level;
   }
   throw Error(ErrorCode::invalid_argument,
-              std::string("FLASHPP_CPU_ISA: expected generic, avx2, avx512, avx512bf16 or amx, "
-                          "got '") + env + "'");
+              std::string("FLASHPP_CPU_ISA: expected generic, avx2, avx512, avx512bf16, amx or "
+                          "amx_emulated, got '") + env + "'");
 }
 
 }  // namespace flashpp::cpu

@@ -19,9 +19,14 @@ const char* to_string(IsaLevel level);
 IsaLevel supported_isa();
 
 // The level the kernels use: supported_isa(), or FLASHPP_CPU_ISA when set
-// (generic|avx2|avx512|avx512bf16|amx). A level above supported_isa() throws
+// (generic|avx2|avx512|avx512bf16|amx; amx_emulated, see below). A level above supported_isa() throws
 // flashpp::Error(unsupported): an explicit request is never silently downgraded.
 IsaLevel active_isa();
+
+// FLASHPP_CPU_ISA=amx_emulated (a test level, in builds with FLASHPP_CPU_AMX_EMULATION): the
+// AMX bf16 engines run on emulated tiles (src/cpu/amx_tiles.hpp), everything else at avx2;
+// active_isa() then returns avx2.
+bool amx_emulation_requested();
 
 // A one-line description of the CPU features that matter here, e.g.
 // "avx2 fma f16c avx512f avx512bw avx512vl avx512dq avx512_bf16 amx_tile amx_bf16 (amx permitted)".
