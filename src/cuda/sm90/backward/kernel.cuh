@@ -4,8 +4,7 @@
 // memory, dK and dV in registers, while the block walks every query tile (64 rows) of every query
 // head of the kv head's group that sees those keys. Roles:
 //   producer (warpgroup 0, one thread): K and V once, then per query step Q, dO and the step's
-//     lse (log2 units) and delta rows through a ring of `stages` buffers (bulk copies; with
-//     FLASHPP_SM90_BWD_LSE_GLOBAL the consumers load lse and delta from global memory instead);
+//     lse (log2 units) and delta rows through a ring of `stages` buffers (bulk copies);
 //   consumers (warpgroups 1, 2): each owns 64 of the block's keys and computes, per step, with the
 //     equations of docs/design.md written for the transposed tiles (keys as rows):
 //         S^T = K Q^T,  dP^T = V dO^T                 (wgmma, both operands in shared memory)
@@ -60,18 +59,6 @@ namespace flashpp::cuda::sm90 {
 #ifndef FLASHPP_SM90_BWD_BLOCK_DQ
 #define FLASHPP_SM90_BWD_BLOCK_DQ -1
 #endif
-// Where the consumers take a step's lse_log2 and delta from: 0 (default) the step buffer, into
-// which the producer bulk-copies them beside Q and dO; 1 global memory (L2), each consumer thread
-// loading the 2 x 16 values of its query columns into registers right after the step_full wait,
-// in flight during the S/dP products; 2 the same, but each lane loads 2 x 2 values (64 columns
-// per warp) and the element loop takes its own from the lanes holding them (__shfl_sync: 4
-// registers live instead of 32, 32 shuffles a step instead of 16 shared loads). With 1 or 2 no
-// generic shared-memory load reads the step buffer (Q and dO are read by wgmma only), so the step
-// release is one arrival per warp (FLASHPP_SM90_BWD_RELEASE defaults to 0; perf-notes).
-#ifndef FLASHPP_SM90_BWD_LSE_GLOBAL
-#define FLASHPP_SM90_BWD_LSE_GLOBAL 0
-#endif
-constexpr bool kLseGlobal = FLASHPP_SM90_BWD_LSE_GLOBAL != 0;
 
 struct Sm90BackwardParams {
   BackwardParams args;
@@ -114,7 +101,7 @@ struct Sm90BackwardTraits {
   static constexpr int kQ = kV + KTile::kBytes;
   static constexpr int kDo = kQ + kStages * QTile::kBytes;
   static constexpr int kDs = kDo + kStages * QTile::kBytes;
-  static constexpr int kLseBytes = kLseGlobal ? 0 : kStages * kBlockM * 4;  // per array
+  static constexpr int kLseBytes = kStages * kBlockM * 4;  // per array
   static constexpr int kLse = kDs + kDsBuffers * kDsBufferBytes;
   static constexpr int kDelta = kLse + kLseBytes;
   static constexpr int kBarriers = kDelta + kLseBytes;
@@ -234,7 +221,7 @@ __device__ __forceinline__ void load_backward_tiles(const Sm90BackwardParams& pa
     const BackwardStep st = backward_step<Traits>(p, tile, step);
     const std::int64_t row = (tile.b * p.q_heads + st.h) * p.rows_padded + st.m0;
     mbarrier_expect_bytes(smem.step_full(s),
-                          2 * Traits::QTile::kBytes + (kLseGlobal ? 0 : 2 * Traits::kBlockM * 4));
+                          2 * Traits::QTile::kBytes + 2 * Traits::kBlockM * 4);
 #pragma unroll
     for (int panel = 0; panel < Traits::kPanels; ++panel) {
       tma_load_4d(smem.q(s) + panel * Traits::kQPanelBytes, &params.q_map, panel * 64,
@@ -242,10 +229,8 @@ __device__ __forceinline__ void load_backward_tiles(const Sm90BackwardParams& pa
       tma_load_4d(smem.dout(s) + panel * Traits::kQPanelBytes, &params.dout_map, panel * 64,
                   static_cast<int>(st.m0), static_cast<int>(st.h), b, smem.step_full(s));
     }
-    if constexpr (!kLseGlobal) {  // else the consumers load them from global memory
-      bulk_load(smem.lse(s), p.lse_log2 + row, Traits::kBlockM * 4, smem.step_full(s));
-      bulk_load(smem.delta(s), p.delta + row, Traits::kBlockM * 4, smem.step_full(s));
-    }
+    bulk_load(smem.lse(s), p.lse_log2 + row, Traits::kBlockM * 4, smem.step_full(s));
+    bulk_load(smem.delta(s), p.delta + row, Traits::kBlockM * 4, smem.step_full(s));
   }
 }
 
@@ -346,20 +331,6 @@ __device__ __forceinline__ void to_a_fragments(std::uint32_t (&a)[kTiles / 2][4]
   }
 }
 
-// FLASHPP_SM90_BWD_LSE_GLOBAL: this thread's lse_log2 and delta values of a step (query columns
-// nt * 8 + 2t + {0, 1}) from global memory, the rows the producer would bulk-copy (rows_padded is
-// a multiple of the 64-row step, so every load is in bounds; read-only in this kernel).
-template <typename Traits>
-__device__ __forceinline__ void load_row_stats(float2 (&lse)[Traits::kQTiles],
-                                               float2 (&delta)[Traits::kQTiles],
-                                               const BackwardParams& p, std::int64_t row, int t) {
-#pragma unroll
-  for (int nt = 0; nt < Traits::kQTiles; ++nt) {
-    lse[nt] = __ldg(reinterpret_cast<const float2*>(p.lse_log2 + row + nt * 8 + 2 * t));
-    delta[nt] = __ldg(reinterpret_cast<const float2*>(p.delta + row + nt * 8 + 2 * t));
-  }
-}
-
 // A consumer hands a step's buffers back to the producer once its reads of them are done: the
 // wgmma reads of Q and dO (complete after wait_group 0) and each thread's own loads of lse and
 // delta, which the producer's next bulk copy into that buffer must follow. FLASHPP_SM90_BWD_RELEASE
@@ -371,10 +342,10 @@ __device__ __forceinline__ void load_row_stats(float2 (&lse)[Traits::kQTiles],
 //      the only form racecheck reports clean, session 13 runs 2 and 4).
 //   2  the warpgroup meets at a named barrier, then one thread arrives (racecheck reports the
 //      same hazard as for 0).
-// With FLASHPP_SM90_BWD_LSE_GLOBAL the consumers make no generic load from the step buffer, so the
-// default there is 0 (predicted racecheck clean: nothing left for the hazard; not yet run).
+// (Loading lse and delta from global memory instead, which would let form 0 pass racecheck, lost
+// 23-25% at D=64: perf-notes, "lse/delta from global memory".)
 #ifndef FLASHPP_SM90_BWD_RELEASE
-#define FLASHPP_SM90_BWD_RELEASE (FLASHPP_SM90_BWD_LSE_GLOBAL ? 0 : 1)
+#define FLASHPP_SM90_BWD_RELEASE 1
 #endif
 constexpr int kStepReleases = FLASHPP_SM90_BWD_RELEASE == 0 ? 4 : (FLASHPP_SM90_BWD_RELEASE == 1 ? 128 : 1);
 
@@ -420,17 +391,6 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     const BackwardStep st = backward_step<Traits>(p, tile, step);
     mbarrier_wait(smem.step_full(s), static_cast<std::uint32_t>(step / Traits::kStages) & 1u);
 
-    // FLASHPP_SM90_BWD_LSE_GLOBAL: this thread's lse/delta loads are in flight during the products.
-    float2 lse_g[Traits::kQTiles], delta_g[Traits::kQTiles], lse_lane, delta_lane;
-    const std::int64_t stats_row = (tile.b * p.q_heads + st.h) * p.rows_padded + st.m0;
-    if constexpr (FLASHPP_SM90_BWD_LSE_GLOBAL == 1) {
-      load_row_stats<Traits>(lse_g, delta_g, p, stats_row, t);
-    } else if constexpr (FLASHPP_SM90_BWD_LSE_GLOBAL == 2) {  // columns 2 lane, 2 lane + 1
-      static_assert(Traits::kBlockM == 64, "one warp's 32 lanes hold the step's 64 columns");
-      lse_lane = __ldg(reinterpret_cast<const float2*>(p.lse_log2 + stats_row + 2 * lane));
-      delta_lane = __ldg(reinterpret_cast<const float2*>(p.delta + stats_row + 2 * lane));
-    }
-
     // S^T and dP^T of this consumer's 64 keys x the step's 64 queries.
     float s_t[Traits::kQTiles][4], dp_t[Traits::kQTiles][4];
     ptx::wgmma_fence();
@@ -454,20 +414,8 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
 #pragma unroll
     for (int nt = 0; nt < Traits::kQTiles; ++nt) {
       // This thread's two query columns of the tile: one 8-byte load each of lse and delta.
-      float2 lse, delta;
-      if constexpr (FLASHPP_SM90_BWD_LSE_GLOBAL == 1) {
-        lse = lse_g[nt];
-        delta = delta_g[nt];
-      } else if constexpr (FLASHPP_SM90_BWD_LSE_GLOBAL == 2) {  // lane 4 nt + t holds them
-        const int src = 4 * nt + t;
-        lse = make_float2(__shfl_sync(0xffffffffu, lse_lane.x, src),
-                          __shfl_sync(0xffffffffu, lse_lane.y, src));
-        delta = make_float2(__shfl_sync(0xffffffffu, delta_lane.x, src),
-                            __shfl_sync(0xffffffffu, delta_lane.y, src));
-      } else {
-        lse = *reinterpret_cast<const float2*>(smem.lse(s) + nt * 8 + 2 * t);
-        delta = *reinterpret_cast<const float2*>(smem.delta(s) + nt * 8 + 2 * t);
-      }
+      const float2 lse = *reinterpret_cast<const float2*>(smem.lse(s) + nt * 8 + 2 * t);
+      const float2 delta = *reinterpret_cast<const float2*>(smem.delta(s) + nt * 8 + 2 * t);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int col = nt * 8 + 2 * t + (c & 1);
