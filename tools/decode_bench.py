@@ -453,6 +453,7 @@ def main():
     ap.add_argument("--sweep-splits", default="",
                     help="comma-separated forced split counts for the B = 1 decode cells")
     ap.add_argument("--decode-only", action="store_true", help="skip the paged and varlen parts")
+    ap.add_argument("--paged-only", action="store_true", help="only the paged part")
     args = ap.parse_args()
     if args.ab:
         EXTRA_VARIANTS["legacy"] = {"FLASHPP_DECODE_VARIANT": "legacy"}
@@ -472,9 +473,9 @@ def main():
     log(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     gbps_copy = copy_bandwidth()
     log(f"copy bandwidth: {gbps_copy:.0f} GB/s (read + write)")
-    dec = decode_grid(fp, args.quick, log, deadline, gbps_copy)
+    dec = [] if args.paged_only else decode_grid(fp, args.quick, log, deadline, gbps_copy)
     paged = [] if args.decode_only else paged_grid(fp, args.quick, log, deadline)
-    var = None if args.decode_only else varlen_bench(fp, args.quick, log, deadline)
+    var = None if args.decode_only or args.paged_only else varlen_bench(fp, args.quick, log, deadline)
 
     lines, ab = format_tables(dec, paged, var, gbps_copy)
     if ab:
