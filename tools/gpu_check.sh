@@ -134,7 +134,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 
 # The sm90 kernels must run on the Hopper instructions: HGMMA (wgmma) and bulk tensor copies
 # (UTMALDG), no HMMA (mma.sync) in their objects.
-sm90_objects=$(find "${built[0]}" -path '*src/cuda/sm90/*' -name '*.o' 2>/dev/null)
+# (The instances are generated into the build tree: cuda_instances/sm90_*.cu, src/cuda/instances.cmake.)
+sm90_objects=$(find "${built[0]}" \( -path '*src/cuda/sm90/*' -o -path '*/cuda_instances/sm90_*' \) -name '*.o' 2>/dev/null)
 if [ -n "$sm90_objects" ] && command -v cuobjdump >/dev/null; then
   hgmma=0 hmma=0 tma=0
   for obj in $sm90_objects; do
