@@ -17,9 +17,10 @@
 #   bash tools/ring_gpu_check.sh [--deadline 540] [--archs 90a] [--gpus 2] [--no-large]
 #                                [--seqs "131072 524288"] [--large "1048576"]
 #                                [--ctas "2 4"] [--ring-ctas C]
-# --ctas: ring_bench.py also times the ring (and its transfers alone) over groups made by
-# flashpp.distributed.ring_group(max_ctas=C); --ring-ctas C: the profiled run and the 1M run
-# use that group (one of --ctas) instead of the default group.
+# --ctas (default "8", ring_group's cap): ring_bench.py also times the ring (and its transfers
+# alone) over groups made by flashpp.distributed.ring_group(max_ctas=C); --ring-ctas C (default
+# 8): the profiled run and the 1M run use that group (one of --ctas; "" = the default group).
+# --ctas "" times the default group only.
 #
 # NVLink multicast stays off (NVLS / symmetric-memory multicast): the variables below are
 # exported for every child process.
@@ -30,7 +31,7 @@ unset FLASHPP_RING_TRANSFERS FLASHPP_RING_COMPUTE FLASHPP_RING_OVERLAP FLASHPP_S
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-DEADLINE=540 ARCHS="" GPUS=2 LARGE="1048576" SEQS="131072 524288" CTAS="" RING_CTAS=""
+DEADLINE=540 ARCHS="" GPUS=2 LARGE="1048576" SEQS="131072 524288" CTAS="8" RING_CTAS="8"
 while [ $# -gt 0 ]; do
   case "$1" in
     --deadline) DEADLINE="$2"; shift ;;
@@ -50,7 +51,7 @@ done
 DRY=${RING_CHECK_DRY_RUN:-0} PYARGS=() BENCHARGS=()
 CTAARGS=()
 [ -n "$CTAS" ] && CTAARGS+=(--ctas $CTAS)
-[ -n "$RING_CTAS" ] && CTAARGS+=(--ring-ctas "$RING_CTAS")
+[ -n "$RING_CTAS" ] && [ -n "$CTAS" ] && CTAARGS+=(--ring-ctas "$RING_CTAS")
 if [ "$DRY" = 1 ]; then
   PYARGS=(--cpu) BENCHARGS=(--cpu --heads 2 --dim 32) SEQS="512 1024" LARGE="2048"
 fi
