@@ -17,8 +17,7 @@
 //     when the decode kernel ends); decode_combine_kernel, the legacy variant's, walks the splits
 //     one after another per row (lse_merge.hpp), two dependent L2 round trips per split;
 //   - a paged cache is read through the block table one 16-key tile at a time (pages hold a
-//     multiple of 16 rows), each entry loaded one pipeline iteration before its tile's copies are
-//     issued, so that the copies do not wait on it; a page id outside [0, num_pages) and rows past the sequence's length
+//     multiple of 16 rows); a page id outside [0, num_pages) and rows past the sequence's length
 //     are zero-filled by cp.async and masked, so nothing is read out of bounds.
 #pragma once
 
@@ -132,30 +131,25 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
 
   const auto* kbase = static_cast<const Element*>(p.k);
   const auto* vbase = static_cast<const Element*>(p.v);
-  // A paged cache's page of this warp's tile k is read from the block table one pipeline
-  // iteration before the tile's copies are issued (next_entry below), so the copies' addresses do
-  // not wait on that load; which stages hold a tile of a valid page is kept in a bit mask.
-  auto table_entry = [&](int k) -> std::int64_t {
-    if (p.block_table == nullptr || k >= my_tiles) return 0;
-    const int key0 = (t_begin + warp + k * kWarps) * kTileKeys;
-    return p.block_table[b * p.table_stride[0] + (key0 / p.page_size) * p.table_stride[1]];
+  // Page of the tile starting at key0 (-1 when the table entry is out of range).
+  auto page_of = [&](int key0, int& row0) -> std::int64_t {
+    if (p.block_table == nullptr) {
+      row0 = key0;
+      return b;
+    }
+    const std::int64_t page =
+        p.block_table[b * p.table_stride[0] + (key0 / p.page_size) * p.table_stride[1]];
+    row0 = key0 % p.page_size;
+    return page >= 0 && page < p.num_pages ? page : -1;
   };
-  std::uint32_t stage_page_ok = 0;  // bit s: the tile in stage s comes from a valid page
   Element* warp_smem = smem + warp * kStages * 2 * Config::kTileElements;
-  auto issue = [&](int k, std::int64_t entry) {
+  auto issue = [&](int k) {
     if (k < my_tiles) {
       Element* ks = warp_smem + (k % kStages) * 2 * Config::kTileElements;
       Element* vs = ks + Config::kTileElements;
       const int key0 = (t_begin + warp + k * kWarps) * kTileKeys;
-      // Contiguous cache: the sequence's own rows; paged: page `entry` (-1 when out of range).
-      std::int64_t page = b;
-      int row0 = key0;
-      if (p.block_table != nullptr) {
-        page = entry >= 0 && entry < p.num_pages ? entry : -1;
-        row0 = key0 % p.page_size;
-      }
-      const std::uint32_t bit = 1u << (k % kStages);
-      stage_page_ok = page >= 0 ? (stage_page_ok | bit) : (stage_page_ok & ~bit);
+      int row0 = 0;
+      const std::int64_t page = page_of(key0, row0);
 #pragma unroll
       for (int it = 0; it < kTileKeys * Config::kChunks / 32; ++it) {
         const int idx = lane + it * 32;
@@ -182,18 +176,16 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
   float row_sum[2] = {0.0f, 0.0f};
 
 #pragma unroll
-  for (int k = 0; k < kStages - 1; ++k) issue(k, table_entry(k));
-  std::int64_t next_entry = table_entry(kStages - 1);
+  for (int k = 0; k < kStages - 1; ++k) issue(k);
   for (int k = 0; k < my_tiles; ++k) {
-    const std::int64_t entry = next_entry;
-    next_entry = table_entry(k + kStages);  // in flight during this tile's products
-    issue(k + kStages - 1, entry);
+    issue(k + kStages - 1);
     cp_async_wait<kStages - 1>();
     __syncwarp();
     const Element* ks = warp_smem + (k % kStages) * 2 * Config::kTileElements;
     const Element* vs = ks + Config::kTileElements;
     const int key0 = (t_begin + warp + k * kWarps) * kTileKeys;
-    const bool page_ok = (stage_page_ok >> (k % kStages)) & 1u;
+    int row0 = 0;
+    const bool page_ok = page_of(key0, row0) >= 0;
 
     // S = Q K^T for 16 rows x 16 keys.
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
