@@ -1,6 +1,6 @@
-// Merging partial softmax results by their log-sum-exp, shared by the CPU backend, the CUDA
-// split-KV combine kernel, ring attention's merge kernel (src/distributed/ring_kernels.cu) and
-// the tests.
+// Merging partial softmax results by their log-sum-exp, shared by the CUDA split-KV combine
+// kernels, ring attention's merge kernel (src/distributed/ring_kernels.cu) and the CPU tests that
+// check it (the CPU backend decodes without splitting the keys).
 //
 // A partial result over a key subset s is (O_s, L_s): O_s is the softmax-weighted average of
 // the values of s and L_s the log-sum-exp of its scores (-inf when s has no visible key, with
