@@ -15,15 +15,25 @@ struct ScoreGradient {
   float ds;         // dS (before any softcap chain factor); dQ, dK use it
 };
 
+// The two halves, for kernels that compute P~ before dP has landed (the sm90 backward issues
+// dV = P~^T dO while dP^T is still being computed).
+template <bool kDropout>
+__device__ __forceinline__ float dropped_probability(float prob, float dropout_factor) {
+  if constexpr (kDropout) return prob * dropout_factor;
+  return prob;
+}
+
+template <bool kDropout>
+__device__ __forceinline__ float score_gradient(float prob, float dp, float delta, float dropout_factor) {
+  if constexpr (kDropout) dp *= dropout_factor;
+  return prob * (dp - delta);
+}
+
 template <bool kDropout>
 __device__ __forceinline__ ScoreGradient element_score_gradient(float prob, float dp, float delta,
                                                                 float dropout_factor) {
-  float p_dropped = prob;
-  if constexpr (kDropout) {
-    p_dropped = prob * dropout_factor;
-    dp *= dropout_factor;
-  }
-  return ScoreGradient{p_dropped, prob * (dp - delta)};
+  return ScoreGradient{dropped_probability<kDropout>(prob, dropout_factor),
+                       score_gradient<kDropout>(prob, dp, delta, dropout_factor)};
 }
 
 }  // namespace flashpp::cuda

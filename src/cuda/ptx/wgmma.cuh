@@ -7,7 +7,8 @@
 //   wgmma_commit()            closes the wgmma issued so far into a group
 //   wgmma_wait<K>()           waits until at most K groups are still running
 //   fence_registers(x)        keeps the compiler from moving accesses of x across this point
-//   wgmma_wait_all_after(x)  wait_group 0 that ptxas cannot hoist above the computation of x
+//   wgmma_wait_after<K>(x)   wait_group K that ptxas cannot hoist above the computation of x
+//   wgmma_wait_all_after(x)  the same with K = 0
 //   fence_shared_to_async()   makes ordinary shared-memory stores visible to wgmma operand reads
 //
 // Operand layouts. The tiles the kernels feed to wgmma are the 128-byte-swizzled panels of
@@ -92,24 +93,27 @@ __device__ __forceinline__ void fence_shared_to_async() {
 #endif
 }
 
-// wgmma.wait_group 0, made to come after `x` (a value computed from every result that must be
-// ready first, e.g. the row sums of a softmax). A plain wait has no register operands, and ptxas
-// hoists it above such code (seen in the SASS: WARPGROUP.DEPBAR before the MUFU.EX2s), which
+// wgmma.wait_group kPending, made to come after `x` (a value computed from every result that
+// must be ready first, e.g. the row sums of a softmax). A plain wait has no register operands, and
+// ptxas hoists it above such code (seen in the SASS: WARPGROUP.DEPBAR before the MUFU.EX2s), which
 // serialises that code behind the running wgmma. Here the wait sits in both arms of a branch on a
 // warp vote over x, so it cannot move above the code that computes x; both arms wait (a
 // predicated wait made ptxas serialise every wgmma instead). The asm texts differ so that the
 // compiler does not merge the arms back into one unconditional wait.
-__device__ __forceinline__ void wgmma_wait_all_after(float x) {
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait_after(float x) {
 #if FLASHPP_WGMMA_AVAILABLE
   if (__any_sync(0xffffffffu, __float_as_uint(x) == 0xFFFFFFFFu)) {
-    asm volatile("wgmma.wait_group.sync.aligned 0; // after the softmax (rare arm)\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned %0; // after the softmax (rare arm)\n" ::"n"(kPending) : "memory");
   } else {
-    asm volatile("wgmma.wait_group.sync.aligned 0; // after the softmax\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned %0; // after the softmax\n" ::"n"(kPending) : "memory");
   }
 #else
   (void)x;
 #endif
 }
+
+__device__ __forceinline__ void wgmma_wait_all_after(float x) { wgmma_wait_after<0>(x); }
 
 template <int kCount>
 __device__ __forceinline__ void fence_registers(float (&x)[kCount]) {

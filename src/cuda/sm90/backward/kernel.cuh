@@ -60,6 +60,14 @@ namespace flashpp::cuda::sm90 {
 #define FLASHPP_SM90_BWD_BLOCK_DQ -1
 #endif
 
+// Overlap inside a consumer's step (1): S^T and dP^T in two wgmma groups, P^T computed while
+// dP^T runs, dV = P~^T dO issued before dS^T is computed; 0: each step's products wait for all
+// of its element-wise work (the first stage's order), kept for A/B runs.
+#ifndef FLASHPP_SM90_BWD_OVERLAP
+#define FLASHPP_SM90_BWD_OVERLAP 1
+#endif
+constexpr bool kOverlap = FLASHPP_SM90_BWD_OVERLAP != 0;
+
 struct Sm90BackwardParams {
   BackwardParams args;
   CUtensorMap q_map, k_map, v_map, dout_map;
@@ -288,35 +296,42 @@ __device__ __forceinline__ void issue_query_gradient(float (&acc)[Traits::kDqTil
   }
 }
 
-// Dropout factors of the thread's S^T accumulator elements (keys key0 + g + 8 (c / 2), queries
-// m0 + 8 nt + 2t + c % 2): keep_scale where kept, 0 where dropped. One Philox call decides a
-// 4 x 4 comb of a 16-query x 16-key block, which lanes g and g ^ 1 hold split by key parity
-// (common/philox.hpp): for each 32-query block the pair makes one call each and swaps halves,
-// so a lane makes one call per 16 of its elements. Element (nt, c) is then byte
-// 2 (nt % 2) + c / 2 (2 x query bit 3 + key bit 3) of the word for query parity c % 2 in its
-// 16-query block's words.
+// Dropout decisions of the thread's S^T accumulator elements (keys key0 + g + 8 (c / 2), queries
+// m0 + 8 nt + 2t + c % 2). One Philox call decides a 4 x 4 comb of a 16-query x 16-key block,
+// which lanes g and g ^ 1 hold split by key parity (common/philox.hpp): for each 32-query block
+// the pair makes one call each and swaps halves, so a lane makes one call per 16 of its
+// elements. The decisions stay packed as sign bits (8 registers a step); dropout_factor unpacks
+// one element's.
 template <typename Traits>
-__device__ __forceinline__ void dropout_factors(float (&factor)[Traits::kQTiles][4],
-                                                const BackwardParams& p, std::uint32_t bh,
-                                                std::int64_t m0, std::int64_t key0, int g, int t) {
+struct StepKeepSigns {
+  KeepSigns block[Traits::kQTiles / 4];  // per 32-query block
+};
+
+template <typename Traits>
+__device__ __forceinline__ StepKeepSigns<Traits> dropout_decisions(const BackwardParams& p, std::uint32_t bh,
+                                                                   std::int64_t m0, std::int64_t key0,
+                                                                   int g, int t) {
   static_assert(Traits::kQTiles % 4 == 0, "query tiles of a multiple of 32 queries");
   const bool odd = (g & 1) != 0;
   const auto j = static_cast<std::uint32_t>(key0 + g);
-  const std::uint32_t kept = __float_as_uint(p.dropout.keep_scale);
+  StepKeepSigns<Traits> keep;
 #pragma unroll
   for (int q = 0; q < Traits::kQTiles / 4; ++q) {
     // The even lane calls for the first 16 queries of the block, the odd one for the second.
     const auto i = static_cast<std::uint32_t>(m0 + 32 * q + (odd ? 16 : 0) + 2 * t);
-    const KeepSigns keep =
-        share_dropout_calls<2>(detail::dropout_random_bytes(p.dropout, bh, i, j), odd, p.dropout);
-#pragma unroll
-    for (int nt = 4 * q; nt < 4 * q + 4; ++nt) {
-      const std::uint32_t* w = (nt & 2) ? keep.b : keep.a;
-#pragma unroll
-      for (int c = 0; c < 4; ++c)
-        factor[nt][c] = __uint_as_float(keep_mask(w[c & 1], 2u * (nt & 1) + (c >> 1)) & kept);
-    }
+    keep.block[q] = share_dropout_calls<2>(detail::dropout_random_bytes(p.dropout, bh, i, j), odd, p.dropout);
   }
+  return keep;
+}
+
+// keep_scale where element (nt, c) is kept, 0 where dropped: byte 2 (nt % 2) + c / 2 (2 x query
+// bit 3 + key bit 3) of the word for query parity c % 2 in its 16-query block's words.
+template <typename Traits>
+__device__ __forceinline__ float dropout_factor(const StepKeepSigns<Traits>& keep, int nt, int c,
+                                                float keep_scale) {
+  const KeepSigns& k = keep.block[nt / 4];
+  const std::uint32_t* w = (nt & 2) ? k.b : k.a;
+  return __uint_as_float(keep_mask(w[c & 1], 2u * (nt & 1) + (c >> 1)) & __float_as_uint(keep_scale));
 }
 
 // Float accumulator pairs -> the 16-bit A fragments of a k16 product (two 8-column tiles each).
@@ -391,50 +406,89 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     const BackwardStep st = backward_step<Traits>(p, tile, step);
     mbarrier_wait(smem.step_full(s), static_cast<std::uint32_t>(step / Traits::kStages) & 1u);
 
-    // S^T and dP^T of this consumer's 64 keys x the step's 64 queries.
+    // S^T and dP^T of this consumer's 64 keys x the step's 64 queries; with kOverlap two groups,
+    // so that P^T is computed while dP^T still runs.
     float s_t[Traits::kQTiles][4], dp_t[Traits::kQTiles][4];
     ptx::wgmma_fence();
     issue_transposed_scores<Traits>(s_t, k_rows, smem.q(s));
+    if constexpr (kOverlap) ptx::wgmma_commit();
     issue_transposed_scores<Traits>(dp_t, v_rows, smem.dout(s));
     ptx::wgmma_commit();
-    ptx::wgmma_wait<0>();
-    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(s_t));
-    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(dp_t));
-
-    // P^T and dS^T, element by element (rows = keys, columns = queries).
+    // While the products run: which elements need the mask test, and the dropout decisions.
     const bool needs_mask = tile.n0 + Traits::kBlockN > p.k_len ||
                             (p.mask.active() &&
                              !p.mask.tile_fully_visible(st.m0, st.m0 + Traits::kBlockM, tile.n0,
                                                         tile.n0 + Traits::kBlockN));
-    float factor[Traits::kQTiles][4];
+    StepKeepSigns<Traits> keep;
     if constexpr (Traits::kDropout) {
-      dropout_factors<Traits>(factor, p, static_cast<std::uint32_t>(tile.b * p.q_heads + st.h),
-                              st.m0, key0, g, t);
+      keep = dropout_decisions<Traits>(p, static_cast<std::uint32_t>(tile.b * p.q_heads + st.h),
+                                       st.m0, key0, g, t);
     }
+    auto factor = [&](int nt, int c) {
+      return Traits::kDropout ? dropout_factor<Traits>(keep, nt, c, p.dropout.keep_scale) : 1.0f;
+    };
+
+    if constexpr (kOverlap) {
+      ptx::wgmma_wait<1>();
+    } else {
+      ptx::wgmma_wait<0>();
+      ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(dp_t));
+    }
+    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(s_t));
+
+    // recompute_p: P^T = exp2(S^T scale log2e - lse_log2), 0 where masked (rows = keys,
+    // columns = queries); kept in s_t for dS.
 #pragma unroll
     for (int nt = 0; nt < Traits::kQTiles; ++nt) {
-      // This thread's two query columns of the tile: one 8-byte load each of lse and delta.
+      // This thread's two query columns of the tile: one 8-byte load of lse.
       const float2 lse = *reinterpret_cast<const float2*>(smem.lse(s) + nt * 8 + 2 * t);
-      const float2 delta = *reinterpret_cast<const float2*>(smem.delta(s) + nt * 8 + 2 * t);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int col = nt * 8 + 2 * t + (c & 1);
         float prob = fast_exp2(fmaf(s_t[nt][c], p.scale_log2, -((c & 1) ? lse.y : lse.x)));
         if (needs_mask) {
-          const std::int64_t j = key0 + g + 8 * (c >> 1), i = st.m0 + col;
+          const std::int64_t j = key0 + g + 8 * (c >> 1), i = st.m0 + 8 * nt + 2 * t + (c & 1);
           if (j >= p.k_len || !p.mask.visible(i, j)) prob = 0.0f;
         }
-        // P~ = P z for dV; dS = P (dP z - delta) (common/score_gradient.cuh)
-        const ScoreGradient sg = element_score_gradient<Traits::kDropout>(
-            prob, dp_t[nt][c], (c & 1) ? delta.y : delta.x,
-            Traits::kDropout ? factor[nt][c] : 1.0f);
-        s_t[nt][c] = sg.p_dropped;
-        dp_t[nt][c] = sg.ds;
+        s_t[nt][c] = prob;
       }
     }
-    std::uint32_t p_a[Traits::kBlockM / 16][4], ds_a[Traits::kBlockM / 16][4];
-    to_a_fragments<Element, Traits::kQTiles>(p_a, s_t);
+    // P~^T (dropout applied) as the A fragments of dV += P~^T dO.
+    std::uint32_t p_a[Traits::kBlockM / 16][4];
+    {
+      float p_dropped[Traits::kQTiles][4];
+#pragma unroll
+      for (int nt = 0; nt < Traits::kQTiles; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          p_dropped[nt][c] = dropped_probability<Traits::kDropout>(s_t[nt][c], factor(nt, c));
+      to_a_fragments<Element, Traits::kQTiles>(p_a, p_dropped);
+    }
+    if constexpr (kOverlap) {
+      // accumulate_dv: issued now, it runs while dS^T is computed.
+      ptx::wgmma_fence();
+      issue_key_gradient<Traits>(dv, p_a, smem.dout(s));
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<1>();  // dP^T has landed; dV may still run
+      ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(dp_t));
+    }
+
+    // score_gradient: dS^T = P^T o (dP^T z - delta) (common/score_gradient.cuh), in dp_t.
+#pragma unroll
+    for (int nt = 0; nt < Traits::kQTiles; ++nt) {
+      const float2 delta = *reinterpret_cast<const float2*>(smem.delta(s) + nt * 8 + 2 * t);
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        dp_t[nt][c] = score_gradient<Traits::kDropout>(s_t[nt][c], dp_t[nt][c],
+                                                       (c & 1) ? delta.y : delta.x, factor(nt, c));
+    }
+    std::uint32_t ds_a[Traits::kBlockM / 16][4];
     to_a_fragments<Element, Traits::kQTiles>(ds_a, dp_t);
+    if constexpr (kOverlap) {
+      // accumulate_dk: needs only this thread's dS^T; it runs while dS^T is staged for dQ.
+      ptx::wgmma_fence();
+      issue_key_gradient<Traits>(dk, ds_a, smem.q(s));
+      ptx::wgmma_commit();
+    }
 
     // dS^T (16-bit) into this consumer's 128-byte-swizzled buffer for the dQ product.
     const int ds_buffer = Traits::kDsBuffers > 1 ? step & 1 : 0;
@@ -452,10 +506,13 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     // steps later, after the next step's barrier, which both pass only once done with this one.
     ptx::named_barrier_sync(ds_barrier, ds_threads);
 
+    // accumulate_dq's product (after accumulate_dv and accumulate_dk without kOverlap).
     float dq[Traits::kDqTiles][4];
     ptx::wgmma_fence();
-    issue_key_gradient<Traits>(dv, p_a, smem.dout(s));
-    issue_key_gradient<Traits>(dk, ds_a, smem.q(s));
+    if constexpr (!kOverlap) {
+      issue_key_gradient<Traits>(dv, p_a, smem.dout(s));
+      issue_key_gradient<Traits>(dk, ds_a, smem.q(s));
+    }
     if constexpr (Traits::kBlockDq) {
       issue_query_gradient<Traits, Traits::kBlockN>(dq, smem.ds(ds_buffer, 0), smem.k(),
                                                     consumer * Traits::kDqColumns);
