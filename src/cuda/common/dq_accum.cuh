@@ -50,4 +50,16 @@ __device__ __forceinline__ void dq_accum_add_fragment(float* block, int lane, co
 #endif
 }
 
+// The same fragment written in the accumulator's order into a shared-memory copy of a block
+// (sm90+: a warp's staging area, added to the accumulator by one bulk reduce-add).
+__device__ __forceinline__ void dq_accum_stage_fragment(float* block, int lane, const float (&c)[4]) {
+  static_assert(kDqAccumVector == 4 || kDqAccumVector == 1, "lane-major or element-major blocks");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  *reinterpret_cast<float4*>(block + 4 * lane) = make_float4(c[0], c[1], c[2], c[3]);
+#else
+#pragma unroll
+  for (int e = 0; e < 4; ++e) block[dq_accum_slot(lane, e)] = c[e];
+#endif
+}
+
 }  // namespace flashpp::cuda

@@ -81,4 +81,41 @@ __device__ __forceinline__ void bulk_load(void* smem, const void* gmem, std::uin
 #endif
 }
 
+// dst[i] += src[i] for `bytes` / 4 floats (a multiple of 16 bytes, both addresses 16-byte
+// aligned), by the copy engine: global memory sees one reduction per element, the calling thread
+// only issues it. The source is read asynchronously: order earlier shared-memory writes of it
+// with fence_shared_to_async (wgmma.cuh), close the copies into a group with bulk_commit, and
+// wait with bulk_wait_read before writing the source again (bulk_wait before the kernel ends).
+__device__ __forceinline__ void bulk_reduce_add(float* gmem, const float* smem, std::uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ::cuda::ptx::cp_reduce_async_bulk(::cuda::ptx::space_global, ::cuda::ptx::space_shared,
+                                    ::cuda::ptx::op_add, gmem, smem, bytes);
+#else
+  (void)gmem, (void)smem, (void)bytes;
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void bulk_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ::cuda::ptx::cp_async_bulk_commit_group();
+#endif
+}
+
+// Until at most kPending of this thread's bulk groups still read their shared-memory sources.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<kPending>{});
+#endif
+}
+
+// Until at most kPending of this thread's bulk groups are incomplete (writes done).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ::cuda::ptx::cp_async_bulk_wait_group(::cuda::ptx::n32_t<kPending>{});
+#endif
+}
+
 }  // namespace flashpp::cuda

@@ -13,9 +13,12 @@
 //         dQ = dS K                                   (wgmma, dS^T staged in shared memory)
 //     dQ is the block's at D=128: both consumers' dS^T (all 128 keys) times K, each consumer
 //     computing half of dQ's columns (half the atomic traffic); at D=64 each consumer's 64-key
-//     part of every column (FLASHPP_SM90_BWD_BLOCK_DQ forces one or the other); added into the float32 dQ accumulator
-//     with 16-byte atomics straight from registers (the sm80 family's fragment-ordered
-//     accumulator and postprocess).
+//     part of every column (FLASHPP_SM90_BWD_BLOCK_DQ forces one or the other); added into the
+//     float32 dQ accumulator (the sm80 family's fragment-ordered accumulator and postprocess) by
+//     one bulk reduce-add per warp from a staging area in shared memory (16-byte atomics straight
+//     from registers in the deterministic mode, or with FLASHPP_SM90_BWD_DQ_BULK=0).
+//   Inside a step the products overlap the element-wise work (kOverlap): P^T is computed while
+//   dP^T runs, dV is issued before dS^T is computed, dK before dS^T is staged for dQ.
 // At the end dK is scaled and dK, dV are stored; the postprocess turns the dQ accumulator into dq.
 // Rows past Nq arrive as zeros with lse_log2 = +inf (P = 0); keys past Nk arrive as zeros and are
 // masked. Softcap runs on the sm80 family (dispatch). Dropout (kDropout): P^T and dP^T are
@@ -68,6 +71,16 @@ namespace flashpp::cuda::sm90 {
 #endif
 constexpr bool kOverlap = FLASHPP_SM90_BWD_OVERLAP != 0;
 
+// dQ into the float32 accumulator (1): each consumer warp writes its dQ fragments to a staging
+// area of its own in shared memory and one lane adds the area with one bulk reduce-add; 0: one
+// 16-byte red per fragment straight from registers. The reds hold their source registers until
+// the memory system takes them, and the next step's dP^T product, which reuses those registers,
+// waited for that (ncu, session 15: 7-14% of the consumers' samples at the loop head). The
+// deterministic mode keeps the reds (its turns order them).
+#ifndef FLASHPP_SM90_BWD_DQ_BULK
+#define FLASHPP_SM90_BWD_DQ_BULK 1
+#endif
+
 struct Sm90BackwardParams {
   BackwardParams args;
   CUtensorMap q_map, k_map, v_map, dout_map;
@@ -95,6 +108,9 @@ struct Sm90BackwardTraits {
   static constexpr int kDqColumns = kBlockDq ? kHeadDim / kConsumers : kHeadDim;
   static constexpr int kDqTiles = kDqColumns / 8;
   static constexpr int kDsBuffers = kBlockDq ? 2 : 1;  // the other consumer reads ours: 2 deep
+  static constexpr bool kDqBulk = FLASHPP_SM90_BWD_DQ_BULK != 0 && !kDeterministic;
+  // A warp's dQ part of a step: 16 rows x kDqColumns, in the accumulator's order (dq_accum.cuh).
+  static constexpr int kDqStageWarpBytes = kDqTiles * kDqAccumBlockFloats * 4;
 
   using KTile = SwizzledTile<kBlockN, kPaddedHeadDim>;
   using QTile = SwizzledTile<kBlockM, kPaddedHeadDim>;
@@ -110,7 +126,8 @@ struct Sm90BackwardTraits {
   static constexpr int kDo = kQ + kStages * QTile::kBytes;
   static constexpr int kDs = kDo + kStages * QTile::kBytes;
   static constexpr int kLseBytes = kStages * kBlockM * 4;  // per array
-  static constexpr int kLse = kDs + kDsBuffers * kDsBufferBytes;
+  static constexpr int kDqStage = kDs + kDsBuffers * kDsBufferBytes;
+  static constexpr int kLse = kDqStage + (kDqBulk ? 4 * kConsumers * kDqStageWarpBytes : 0);
   static constexpr int kDelta = kLse + kLseBytes;
   static constexpr int kBarriers = kDelta + kLseBytes;
   static constexpr int kBarrierCount = 1 + 2 * kStages;  // K/V full; per stage step full, empty
@@ -133,6 +150,9 @@ struct BackwardShared {
   // as one 128-key tile.
   __device__ unsigned char* ds(int buffer, int c) const {
     return at(Traits::kDs + buffer * Traits::kDsBufferBytes + c * Traits::kDsBytes);
+  }
+  __device__ float* dq_stage(int consumer, int warp) const {
+    return reinterpret_cast<float*>(at(Traits::kDqStage + (consumer * 4 + warp) * Traits::kDqStageWarpBytes));
   }
   __device__ float* lse(int s) const { return reinterpret_cast<float*>(at(Traits::kLse + s * Traits::kBlockM * 4)); }
   __device__ float* delta(int s) const { return reinterpret_cast<float*>(at(Traits::kDelta + s * Traits::kBlockM * 4)); }
@@ -528,26 +548,49 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockM / 4]>(ds_a));
     release_step(smem.step_empty(s), lane, release_barrier);
 
-    // dQ += into the fragment-ordered float32 accumulator (common/dq_accum.cuh, shared with
-    // the sm80 family and its postprocess): one 16-byte red per fragment, no barrier. (A staging
-    // tile with one bulk reduce-add per step measured 10-25% slower: perf-notes.)
+    // accumulate_dq: dQ += into the fragment-ordered float32 accumulator (common/dq_accum.cuh,
+    // shared with the sm80 family and its postprocess), this warp's 16 rows x kDqColumns.
     const std::int64_t bh = tile.b * p.q_heads + st.h;
     const std::int64_t row_block = (st.m0 + warp * 16) / 16;
     const int dt0 = Traits::kBlockDq ? consumer * Traits::kDqTiles : 0;
-    int* turns = Traits::kDeterministic ? p.dq_turns + bh * (p.rows_padded / 64) + st.m0 / 64 : nullptr;
-    if constexpr (Traits::kDeterministic) {
-      if (threadIdx.x % 128 == 0) ptx::wait_turn(turns, dq_turn<Traits>(p, tile, st));
-      ptx::named_barrier_sync(turn_barrier, 128);
-    }
+    if constexpr (Traits::kDqBulk) {
+      // Staged, then one bulk reduce-add by lane 0 (the accumulator blocks of the warp's rows and
+      // columns are consecutive). The staging area is written again only once the previous
+      // step's reduce has read it.
+      float* stage = smem.dq_stage(consumer, warp);
+      if (lane == 0) bulk_wait_read<0>();
+      __syncwarp();
 #pragma unroll
-    for (int dt = 0; dt < Traits::kDqTiles; ++dt) {
-      dq_accum_add_fragment(dq_accum_block(p, bh, row_block, dt0 + dt, p.accum_width), lane,
-                            dq[dt]);
+      for (int dt = 0; dt < Traits::kDqTiles; ++dt)
+        dq_accum_stage_fragment(stage + dt * kDqAccumBlockFloats, lane, dq[dt]);
+      ptx::fence_shared_to_async();
+      __syncwarp();
+      if (lane == 0) {
+        bulk_reduce_add(dq_accum_block(p, bh, row_block, dt0, p.accum_width), stage,
+                        Traits::kDqStageWarpBytes);
+        bulk_commit();
+      }
+    } else {
+      // One 16-byte red per fragment, no barrier.
+      int* turns = Traits::kDeterministic ? p.dq_turns + bh * (p.rows_padded / 64) + st.m0 / 64 : nullptr;
+      if constexpr (Traits::kDeterministic) {
+        if (threadIdx.x % 128 == 0) ptx::wait_turn(turns, dq_turn<Traits>(p, tile, st));
+        ptx::named_barrier_sync(turn_barrier, 128);
+      }
+#pragma unroll
+      for (int dt = 0; dt < Traits::kDqTiles; ++dt) {
+        dq_accum_add_fragment(dq_accum_block(p, bh, row_block, dt0 + dt, p.accum_width), lane,
+                              dq[dt]);
+      }
+      if constexpr (Traits::kDeterministic) {
+        ptx::named_barrier_sync(turn_barrier, 128);  // every thread's additions, then the release
+        if (threadIdx.x % 128 == 0) ptx::pass_turn(turns);
+      }
     }
-    if constexpr (Traits::kDeterministic) {
-      ptx::named_barrier_sync(turn_barrier, 128);  // every thread's additions, then the release
-      if (threadIdx.x % 128 == 0) ptx::pass_turn(turns);
-    }
+  }
+  // The last reduce-adds complete before the block ends (their source is this block's memory).
+  if constexpr (Traits::kDqBulk) {
+    if (lane == 0) bulk_wait<0>();
   }
 
   // dK = scale * sum dS^T Q, dV = sum P^T dO: this warp's 16 keys, every column below head_dim.
