@@ -1,8 +1,11 @@
 // The CUDA forward's dropout mask equals the shared Philox rule (src/common/philox.hpp, the one
 // the CPU backends use) element for element. With V = the identity (Nk = D), O's row i is
 // P~_i = P_i * keep_i / (1 - p) itself, so an element of O is zero exactly where the key was
-// dropped: the mask is read straight off the output.
+// dropped: the mask is read straight off the output. D = 64 and 128, on the default grid and on
+// two persistent blocks that walk every item (each item's tiles masked with the right counters).
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 #include "api/validate.hpp"
 #include "common/attention_case.hpp"
@@ -12,9 +15,11 @@
 namespace flashpp {
 namespace {
 
-void check_mask(DType dtype, test::Layout layout, bool causal) {
+// Nk = D keys; Nq query rows.
+void check_mask(DType dtype, test::Layout layout, bool causal, std::int64_t D = 64,
+                std::int64_t Nq = 100) {
   test::AttentionCase c;
-  c.shape = {2, 100, 64, 3, 3, 64};
+  c.shape = {2, Nq, D, 3, 3, D};
   c.dtype = dtype;
   c.layout = layout;
   c.seed = 99;
@@ -24,9 +29,9 @@ void check_mask(DType dtype, test::Layout layout, bool causal) {
   c.options.causal = causal;
   test::AttentionInputs in = test::make_inputs(c);
   for (std::int64_t b = 0; b < 2; ++b)
-    for (std::int64_t j = 0; j < 64; ++j)
+    for (std::int64_t j = 0; j < D; ++j)
       for (std::int64_t h = 0; h < 3; ++h)
-        for (std::int64_t d = 0; d < 64; ++d) in.v.set(b, j, h, d, d == j ? 1.0 : 0.0);
+        for (std::int64_t d = 0; d < D; ++d) in.v.set(b, j, h, d, d == j ? 1.0 : 0.0);
 
   const test::ForwardOutputs out = gpu_test::run_forward_cuda(in, c.options);
   const detail::Problem p =
@@ -34,8 +39,8 @@ void check_mask(DType dtype, test::Layout layout, bool causal) {
   std::int64_t mismatches = 0, kept = 0, visible = 0;
   for (std::int64_t b = 0; b < 2; ++b)
     for (std::int64_t h = 0; h < 3; ++h)
-      for (std::int64_t i = 0; i < 100; ++i)
-        for (std::int64_t j = 0; j < 64; ++j) {
+      for (std::int64_t i = 0; i < Nq; ++i)
+        for (std::int64_t j = 0; j < D; ++j) {
           if (!p.mask.visible(i, j)) continue;
           ++visible;
           const bool keep = detail::dropout_keep(p.dropout, static_cast<std::uint32_t>(b * 3 + h),
@@ -64,6 +69,25 @@ TEST(ForwardDropoutMask, EqualsPhiloxRuleF16) {
 TEST(ForwardDropoutMask, EqualsPhiloxRuleBf16Causal) {
   FLASHPP_SKIP_WITHOUT_GPU();
   check_mask(DType::bf16, test::Layout::bhnd, true);
+}
+
+TEST(ForwardDropoutMask, EqualsPhiloxRuleD128) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  check_mask(DType::bf16, test::Layout::bnhd, false, 128, 300);
+  check_mask(DType::f16, test::Layout::bhnd, true, 128, 300);
+}
+
+// Two blocks walk all 18 items (3 query tiles x 6 heads, one key tile each) on the sm90 family
+// (the variables are ignored elsewhere).
+TEST(ForwardDropoutMask, EqualsPhiloxRuleWalkingBlocks) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  setenv("FLASHPP_SM90_FWD_PERSISTENT", "1", 1);
+  setenv("FLASHPP_SM90_FWD_MAX_BLOCKS", "2", 1);
+  check_mask(DType::bf16, test::Layout::bnhd, false, 64, 300);
+  check_mask(DType::f16, test::Layout::bnhd, false, 128, 300);
+  check_mask(DType::bf16, test::Layout::bhnd, true, 128, 300);
+  unsetenv("FLASHPP_SM90_FWD_PERSISTENT");
+  unsetenv("FLASHPP_SM90_FWD_MAX_BLOCKS");
 }
 
 }  // namespace

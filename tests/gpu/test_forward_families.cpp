@@ -191,6 +191,21 @@ TEST(ForwardSm90Small, SanitizerShapes) {
   // Items without a visible key between others (bottom-right, Nq > Nk), O staged through Q (D=256).
   cases.push_back(make_case(2, 300, 100, 3, 1, 64, DType::f16, Layout::bnhd, causal(Alignment::bottom_right)));
   cases.push_back(make_case(1, 300, 100, 3, 3, 256, DType::bf16, Layout::bhnd, causal(Alignment::bottom_right)));
+  // Dropout at D 64 and 128 over many key tiles, items without a visible key among others;
+  // softcap alone (the extras kernel without dropout).
+  {
+    Options o;
+    o.dropout_p = 0.2f;
+    o.seed = 11;
+    cases.push_back(make_case(1, 200, 700, 2, 1, 128, DType::bf16, Layout::bnhd, o));
+    Options oc = causal(Alignment::bottom_right);
+    oc.dropout_p = 0.3f;
+    oc.seed = 12;
+    cases.push_back(make_case(2, 300, 100, 3, 1, 64, DType::f16, Layout::bnhd, oc));
+    Options os = causal(Alignment::top_left);
+    os.softcap = 6.0f;
+    cases.push_back(make_case(1, 260, 400, 2, 2, 64, DType::bf16, Layout::bhnd, os));
+  }
   // Each case twice: on the default grid, and on two persistent blocks that walk every item (the
   // ring, the Q tile's barriers and the issue turns carried from item to item, masked items and
   // items without a visible key among them).
