@@ -80,12 +80,6 @@ constexpr bool kOverlap = FLASHPP_SM90_BWD_OVERLAP != 0;
 #ifndef FLASHPP_SM90_BWD_DQ_BULK
 #define FLASHPP_SM90_BWD_DQ_BULK 1
 #endif
-// With the bulk dQ (1): a step's dQ is staged at the end of the step but fenced and added in the
-// next one, right after its dS^T staging, whose proxy fence covers both (one fence a step instead
-// of two, and the add no longer waits for its own fence); 0: staged, fenced and added at once.
-#ifndef FLASHPP_SM90_BWD_DQ_LATE
-#define FLASHPP_SM90_BWD_DQ_LATE 1
-#endif
 
 struct Sm90BackwardParams {
   BackwardParams args;
@@ -115,7 +109,6 @@ struct Sm90BackwardTraits {
   static constexpr int kDqTiles = kDqColumns / 8;
   static constexpr int kDsBuffers = kBlockDq ? 2 : 1;  // the other consumer reads ours: 2 deep
   static constexpr bool kDqBulk = FLASHPP_SM90_BWD_DQ_BULK != 0 && !kDeterministic;
-  static constexpr bool kDqLate = kDqBulk && FLASHPP_SM90_BWD_DQ_LATE != 0;
   // A warp's dQ part of a step: 16 rows x kDqColumns, in the accumulator's order (dq_accum.cuh).
   static constexpr int kDqStageWarpBytes = kDqTiles * kDqAccumBlockFloats * 4;
 
@@ -427,28 +420,6 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
 #pragma unroll
     for (int c = 0; c < 4; ++c) dv[dt][c] = dk[dt][c] = 0.0f;
 
-  // accumulate_dq with kDqBulk: this warp's dQ part (16 rows x kDqColumns) in its staging area
-  // (in the accumulator's order, common/dq_accum.cuh), added to the accumulator blocks of the
-  // warp's rows and columns, which are consecutive, by one bulk reduce-add issued by lane 0 once
-  // the area's writes are fenced to the async proxy. The area is written again only once the
-  // previous reduce has read it.
-  float* const dq_stage = smem.dq_stage(consumer, warp);
-  float* staged_dq_dst = nullptr;  // kDqLate: where the staged dQ goes, added in the next step
-  auto stage_dq = [&](const float (&dq)[Traits::kDqTiles][4]) {
-    if (lane == 0) bulk_wait_read<0>();
-    __syncwarp();
-#pragma unroll
-    for (int dt = 0; dt < Traits::kDqTiles; ++dt)
-      dq_accum_stage_fragment(dq_stage + dt * kDqAccumBlockFloats, lane, dq[dt]);
-  };
-  auto add_staged_dq = [&](float* dst) {  // after every lane's fence_shared_to_async
-    __syncwarp();
-    if (lane == 0) {
-      bulk_reduce_add(dst, dq_stage, Traits::kDqStageWarpBytes);
-      bulk_commit();
-    }
-  };
-
   if (tile.steps > 0) mbarrier_wait(smem.kv_full(), 0);
   for (int step = 0; step < tile.steps; ++step) {
     const int s = step % Traits::kStages;
@@ -550,7 +521,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
         const int offset = row * 128 + ((chunk ^ (row & 7)) * 16) + t * 4;
         *reinterpret_cast<std::uint32_t*>(ds_buf + offset) = ds_a[nt / 2][(nt & 1) * 2 + half];
       }
-    ptx::fence_shared_to_async();  // kDqLate: the previous step's staged dQ too
+    ptx::fence_shared_to_async();
     // With the block's dQ, the other consumer reads this buffer too; it is written again two
     // steps later, after the next step's barrier, which both pass only once done with this one.
     ptx::named_barrier_sync(ds_barrier, ds_threads);
@@ -569,10 +540,6 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       issue_query_gradient<Traits, 64>(dq, ds_buf, k_rows, 0);
     }
     ptx::wgmma_commit();
-    if constexpr (Traits::kDqLate) {
-      // The previous step's dQ, fenced with this step's dS^T, added while dQ's product runs.
-      if (step > 0) add_staged_dq(staged_dq_dst);
-    }
     ptx::wgmma_wait<0>();
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(dv));
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(dk));
@@ -587,11 +554,21 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     const std::int64_t row_block = (st.m0 + warp * 16) / 16;
     const int dt0 = Traits::kBlockDq ? consumer * Traits::kDqTiles : 0;
     if constexpr (Traits::kDqBulk) {
-      stage_dq(dq);
-      staged_dq_dst = dq_accum_block(p, bh, row_block, dt0, p.accum_width);
-      if constexpr (!Traits::kDqLate) {
-        ptx::fence_shared_to_async();
-        add_staged_dq(staged_dq_dst);
+      // Staged, then one bulk reduce-add by lane 0 (the accumulator blocks of the warp's rows and
+      // columns are consecutive). The staging area is written again only once the previous
+      // step's reduce has read it.
+      float* stage = smem.dq_stage(consumer, warp);
+      if (lane == 0) bulk_wait_read<0>();
+      __syncwarp();
+#pragma unroll
+      for (int dt = 0; dt < Traits::kDqTiles; ++dt)
+        dq_accum_stage_fragment(stage + dt * kDqAccumBlockFloats, lane, dq[dt]);
+      ptx::fence_shared_to_async();
+      __syncwarp();
+      if (lane == 0) {
+        bulk_reduce_add(dq_accum_block(p, bh, row_block, dt0, p.accum_width), stage,
+                        Traits::kDqStageWarpBytes);
+        bulk_commit();
       }
     } else {
       // One 16-byte red per fragment, no barrier.
@@ -609,12 +586,6 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
         ptx::named_barrier_sync(turn_barrier, 128);  // every thread's additions, then the release
         if (threadIdx.x % 128 == 0) ptx::pass_turn(turns);
       }
-    }
-  }
-  if constexpr (Traits::kDqLate) {
-    if (tile.steps > 0) {
-      ptx::fence_shared_to_async();
-      add_staged_dq(staged_dq_dst);
     }
   }
   // The last reduce-adds complete before the block ends (their source is this block's memory).
