@@ -37,6 +37,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../../common/dq_accum.cuh"
 #include "../../common/backward_params.hpp"
@@ -70,6 +71,14 @@ namespace flashpp::cuda::sm90 {
 #define FLASHPP_SM90_BWD_OVERLAP 1
 #endif
 constexpr bool kOverlap = FLASHPP_SM90_BWD_OVERLAP != 0;
+
+// P^T recomputed by a masked and an unmasked copy of its loop (1) or one loop with the mask test
+// behind a branch per element (0). ncu (session 15): 12% of the D=64 consumers' samples were
+// "no instruction", concentrated in the element-wise code that the masked blocks interleave.
+#ifndef FLASHPP_SM90_BWD_SPLIT_MASK
+#define FLASHPP_SM90_BWD_SPLIT_MASK 1
+#endif
+constexpr bool kSplitMask = FLASHPP_SM90_BWD_SPLIT_MASK != 0;
 
 // dQ into the float32 accumulator (1): each consumer warp writes its dQ fragments to a staging
 // area of its own in shared memory and one lane adds the area with one bulk reduce-add; 0: one
@@ -457,20 +466,29 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(s_t));
 
     // recompute_p: P^T = exp2(S^T scale log2e - lse_log2), 0 where masked (rows = keys,
-    // columns = queries); kept in s_t for dS.
+    // columns = queries); kept in s_t for dS. A masked and an unmasked copy of the loop (when
+    // split, FLASHPP_SM90_BWD_SPLIT_MASK), so that the unmasked steps run compact code without
+    // the per-element tests' branches in between.
+    auto recompute_p = [&](auto masked) {
 #pragma unroll
-    for (int nt = 0; nt < Traits::kQTiles; ++nt) {
-      // This thread's two query columns of the tile: one 8-byte load of lse.
-      const float2 lse = *reinterpret_cast<const float2*>(smem.lse(s) + nt * 8 + 2 * t);
+      for (int nt = 0; nt < Traits::kQTiles; ++nt) {
+        // This thread's two query columns of the tile: one 8-byte load of lse.
+        const float2 lse = *reinterpret_cast<const float2*>(smem.lse(s) + nt * 8 + 2 * t);
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        float prob = fast_exp2(fmaf(s_t[nt][c], p.scale_log2, -((c & 1) ? lse.y : lse.x)));
-        if (needs_mask) {
-          const std::int64_t j = key0 + g + 8 * (c >> 1), i = st.m0 + 8 * nt + 2 * t + (c & 1);
-          if (j >= p.k_len || !p.mask.visible(i, j)) prob = 0.0f;
+        for (int c = 0; c < 4; ++c) {
+          float prob = fast_exp2(fmaf(s_t[nt][c], p.scale_log2, -((c & 1) ? lse.y : lse.x)));
+          if (decltype(masked)::value || (!kSplitMask && needs_mask)) {
+            const std::int64_t j = key0 + g + 8 * (c >> 1), i = st.m0 + 8 * nt + 2 * t + (c & 1);
+            if (j >= p.k_len || !p.mask.visible(i, j)) prob = 0.0f;
+          }
+          s_t[nt][c] = prob;
         }
-        s_t[nt][c] = prob;
       }
+    };
+    if (kSplitMask && needs_mask) {
+      recompute_p(std::true_type{});
+    } else {
+      recompute_p(std::false_type{});
     }
     // P~^T (dropout applied) as the A fragments of dV += P~^T dO.
     std::uint32_t p_a[Traits::kBlockM / 16][4];
