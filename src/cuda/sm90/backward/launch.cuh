@@ -16,6 +16,7 @@
 #include "../../common/tensor_map.hpp"
 #include "kernel.cuh"
 #include "../../common/occupancy.hpp"
+#include "../../instances.hpp"
 
 namespace flashpp::cuda::sm90 {
 
@@ -98,7 +99,11 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
         check_cuda(cudaMemsetAsync(params.dq_turns, 0, turns * sizeof(int), stream),
                    "cudaMemsetAsync (sm90 backward turn counters)");
       }
-      launch_main<Sm90BackwardTraits<Element, kHeadDim, true>>(p, stream);
+      if constexpr (sm90_deterministic_head_dim(kHeadDim)) {
+        launch_main<Sm90BackwardTraits<Element, kHeadDim, true>>(p, stream);
+      } else {
+        throw Error(ErrorCode::internal, "sm90 backward: no deterministic mode at this head dim");
+      }
     } else if (params.dropout.threshold != 0) {
       launch_main<Sm90BackwardTraits<Element, kHeadDim, false, true>>(p, stream);
     } else {
