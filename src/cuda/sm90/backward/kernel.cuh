@@ -80,6 +80,18 @@ constexpr bool kOverlap = FLASHPP_SM90_BWD_OVERLAP != 0;
 #endif
 constexpr bool kSplitMask = FLASHPP_SM90_BWD_SPLIT_MASK != 0;
 
+// Across steps (1; needs kOverlap): the next step's S^T is issued once this step's dV and dK
+// have landed, behind its dQ product, and runs while this step's dQ is staged and added and the
+// loop's bookkeeping runs; dP^T is issued at the top of its step and runs while P^T is computed.
+// (Issuing both across the loop, with a wait_group 1 at its top, made ptxas serialise every
+// product, C7514: it does not follow which group is which across the back edge; a wait_group 0
+// at the top, for S^T alone, it does.) Off by default: compiled and its SASS checked, not yet
+// measured (perf-notes, session 15).
+#ifndef FLASHPP_SM90_BWD_PIPELINE
+#define FLASHPP_SM90_BWD_PIPELINE 0
+#endif
+constexpr bool kPipeline = kOverlap && FLASHPP_SM90_BWD_PIPELINE != 0;
+
 // dQ into the float32 accumulator (1): each consumer warp writes its dQ fragments to a staging
 // area of its own in shared memory and one lane adds the area with one bulk reduce-add; 0: one
 // 16-byte red per fragment straight from registers. The reds hold their source registers until
@@ -406,6 +418,18 @@ __device__ __forceinline__ void release_step(std::uint64_t* empty, int lane, int
   }
 }
 
+// `own` where kPipeline gives P^T and dS^T arrays of their own, else `shared` (the score
+// registers, overwritten in place).
+template <typename Own, typename Shared>
+__device__ __forceinline__ auto& own_or(Own& own, Shared& shared) {
+  if constexpr (kPipeline) {
+    return own;
+  } else {
+    (void)own;
+    return shared;
+  }
+}
+
 template <typename Traits>
 __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& params,
                                                   const BackwardShared<Traits>& smem,
@@ -429,20 +453,36 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
 #pragma unroll
     for (int c = 0; c < 4; ++c) dv[dt][c] = dk[dt][c] = 0.0f;
 
+  // S^T and dP^T of a step's 64 queries x this consumer's 64 keys; with kOverlap two groups, so
+  // that P^T is computed while dP^T still runs.
+  float s_t[Traits::kQTiles][4], dp_t[Traits::kQTiles][4];
+  auto issue_s = [&](int step) {  // kPipeline: the next step's S^T
+    const int s = step % Traits::kStages;
+    mbarrier_wait(smem.step_full(s), static_cast<std::uint32_t>(step / Traits::kStages) & 1u);
+    ptx::wgmma_fence();
+    issue_transposed_scores<Traits>(s_t, k_rows, smem.q(s));
+    ptx::wgmma_commit();
+  };
+
   if (tile.steps > 0) mbarrier_wait(smem.kv_full(), 0);
+  if (kPipeline && tile.steps > 0) issue_s(0);
   for (int step = 0; step < tile.steps; ++step) {
     const int s = step % Traits::kStages;
     const BackwardStep st = backward_step<Traits>(p, tile, step);
-    mbarrier_wait(smem.step_full(s), static_cast<std::uint32_t>(step / Traits::kStages) & 1u);
-
-    // S^T and dP^T of this consumer's 64 keys x the step's 64 queries; with kOverlap two groups,
-    // so that P^T is computed while dP^T still runs.
-    float s_t[Traits::kQTiles][4], dp_t[Traits::kQTiles][4];
-    ptx::wgmma_fence();
-    issue_transposed_scores<Traits>(s_t, k_rows, smem.q(s));
-    if constexpr (kOverlap) ptx::wgmma_commit();
-    issue_transposed_scores<Traits>(dp_t, v_rows, smem.dout(s));
-    ptx::wgmma_commit();
+    if constexpr (kPipeline) {
+      ptx::wgmma_wait<0>();  // S^T, issued at the end of the previous step
+      ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(s_t));
+      ptx::wgmma_fence();
+      issue_transposed_scores<Traits>(dp_t, v_rows, smem.dout(s));
+      ptx::wgmma_commit();
+    } else {
+      mbarrier_wait(smem.step_full(s), static_cast<std::uint32_t>(step / Traits::kStages) & 1u);
+      ptx::wgmma_fence();
+      issue_transposed_scores<Traits>(s_t, k_rows, smem.q(s));
+      if constexpr (kOverlap) ptx::wgmma_commit();
+      issue_transposed_scores<Traits>(dp_t, v_rows, smem.dout(s));
+      ptx::wgmma_commit();
+    }
     // While the products run: which elements need the mask test, and the dropout decisions.
     const bool needs_mask = tile.n0 + Traits::kBlockN > p.k_len ||
                             (p.mask.active() &&
@@ -457,18 +497,25 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       return Traits::kDropout ? dropout_factor<Traits>(keep, nt, c, p.dropout.keep_scale) : 1.0f;
     };
 
-    if constexpr (kOverlap) {
+    if constexpr (kPipeline) {
+      // S^T has landed (above); dP^T runs on.
+    } else if constexpr (kOverlap) {
       ptx::wgmma_wait<1>();
+      ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(s_t));
     } else {
       ptx::wgmma_wait<0>();
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(dp_t));
+      ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(s_t));
     }
-    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(s_t));
 
     // recompute_p: P^T = exp2(S^T scale log2e - lse_log2), 0 where masked (rows = keys,
-    // columns = queries); kept in s_t for dS. A masked and an unmasked copy of the loop (when
-    // split, FLASHPP_SM90_BWD_SPLIT_MASK), so that the unmasked steps run compact code without
-    // the per-element tests' branches in between.
+    // columns = queries); kept in s_t for dS (kPipeline: in an array of its own, as the next
+    // S^T product writes s_t while this step still reads P^T). A masked and an unmasked copy of
+    // the loop (when split, FLASHPP_SM90_BWD_SPLIT_MASK), so that the unmasked steps run compact
+    // code without the per-element tests' branches in between.
+    float own_prob[kPipeline ? Traits::kQTiles : 1][4], own_ds[kPipeline ? Traits::kQTiles : 1][4];
+    auto& prob_t = own_or(own_prob, s_t);
+    auto& ds_t = own_or(own_ds, dp_t);
     auto recompute_p = [&](auto masked) {
 #pragma unroll
       for (int nt = 0; nt < Traits::kQTiles; ++nt) {
@@ -481,7 +528,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
             const std::int64_t j = key0 + g + 8 * (c >> 1), i = st.m0 + 8 * nt + 2 * t + (c & 1);
             if (j >= p.k_len || !p.mask.visible(i, j)) prob = 0.0f;
           }
-          s_t[nt][c] = prob;
+          prob_t[nt][c] = prob;
         }
       }
     };
@@ -498,7 +545,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       for (int nt = 0; nt < Traits::kQTiles; ++nt)
 #pragma unroll
         for (int c = 0; c < 4; ++c)
-          p_dropped[nt][c] = dropped_probability<Traits::kDropout>(s_t[nt][c], factor(nt, c));
+          p_dropped[nt][c] = dropped_probability<Traits::kDropout>(prob_t[nt][c], factor(nt, c));
       to_a_fragments<Element, Traits::kQTiles>(p_a, p_dropped);
     }
     if constexpr (kOverlap) {
@@ -510,17 +557,18 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(dp_t));
     }
 
-    // score_gradient: dS^T = P^T o (dP^T z - delta) (common/score_gradient.cuh), in dp_t.
+    // score_gradient: dS^T = P^T o (dP^T z - delta) (common/score_gradient.cuh), in dp_t (or its
+    // own array).
 #pragma unroll
     for (int nt = 0; nt < Traits::kQTiles; ++nt) {
       const float2 delta = *reinterpret_cast<const float2*>(smem.delta(s) + nt * 8 + 2 * t);
 #pragma unroll
       for (int c = 0; c < 4; ++c)
-        dp_t[nt][c] = score_gradient<Traits::kDropout>(s_t[nt][c], dp_t[nt][c],
+        ds_t[nt][c] = score_gradient<Traits::kDropout>(prob_t[nt][c], dp_t[nt][c],
                                                        (c & 1) ? delta.y : delta.x, factor(nt, c));
     }
     std::uint32_t ds_a[Traits::kBlockM / 16][4];
-    to_a_fragments<Element, Traits::kQTiles>(ds_a, dp_t);
+    to_a_fragments<Element, Traits::kQTiles>(ds_a, ds_t);
     if constexpr (kOverlap) {
       // accumulate_dk: needs only this thread's dS^T; it runs while dS^T is staged for dQ.
       ptx::wgmma_fence();
@@ -558,12 +606,22 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       issue_query_gradient<Traits, 64>(dq, ds_buf, k_rows, 0);
     }
     ptx::wgmma_commit();
-    ptx::wgmma_wait<0>();
+    if constexpr (kPipeline) {
+      ptx::wgmma_wait<1>();  // dV and dK have landed: their A fragments are free
+      ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockM / 4]>(p_a));
+      ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockM / 4]>(ds_a));
+      // The last step issues its own S^T once more (from its buffers, which nothing refills;
+      // dropped after the loop): an issue on every path keeps s_t a plain loop-carried value.
+      issue_s(step + 1 < tile.steps ? step + 1 : step);
+      ptx::wgmma_wait<1>();  // dQ has landed; the next S^T runs
+    } else {
+      ptx::wgmma_wait<0>();
+      ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockM / 4]>(p_a));
+      ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockM / 4]>(ds_a));
+    }
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(dv));
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(dk));
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kDqColumns / 2]>(dq));
-    ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockM / 4]>(p_a));
-    ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockM / 4]>(ds_a));
     release_step(smem.step_empty(s), lane, release_barrier);
 
     // accumulate_dq: dQ += into the fragment-ordered float32 accumulator (common/dq_accum.cuh,
@@ -606,6 +664,9 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       }
     }
   }
+  // The last step's extra S^T (kPipeline); unconditional: a wait on some paths only made ptxas
+  // serialise the products.
+  if constexpr (kPipeline) ptx::wgmma_wait<0>();
   // The last reduce-adds complete before the block ends (their source is this block's memory).
   if constexpr (Traits::kDqBulk) {
     if (lane == 0) bulk_wait<0>();
