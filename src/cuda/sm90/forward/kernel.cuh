@@ -216,8 +216,7 @@ __device__ __forceinline__ ForwardTile forward_tile(const ForwardParams& p) {
 enum class WalkKind : int { stride = 0, snake = 1 };
 
 // A kernel instantiation per walk (the walk's state costs the producer registers it does not have
-// at 24 per thread when the walk is a run-time choice); the stride walk's loops are the ones the
-// kernel had before the others came.
+// at 24 per thread when the walk is a run-time choice).
 template <WalkKind kWalk>
 struct ItemWalk {
   std::int64_t items, q_tiles, heads, group_items;
@@ -227,6 +226,20 @@ struct ItemWalk {
   // The block's next position (the snake walk); false when the block has no further item.
   __device__ bool next(Cursor& c, std::int64_t& linear) const {
     return snake_next(items, group_items, gridDim.x, blockIdx.x, c.group_start, c.round, linear);
+  }
+  // body(linear position, items done before it) for each of this block's items, in order; the
+  // producer and the consumers walk the same items.
+  template <typename Body>
+  __device__ __forceinline__ void for_each(Body&& body) const {
+    int items_done = 0;
+    if constexpr (kWalk == WalkKind::stride) {
+      for (std::int64_t linear = blockIdx.x; linear < items; linear += gridDim.x, ++items_done)
+        body(linear, items_done);
+    } else {
+      Cursor cursor;
+      std::int64_t linear = 0;
+      for (; next(cursor, linear); ++items_done) body(linear, items_done);
+    }
   }
 };
 
@@ -293,20 +306,11 @@ template <typename Traits, WalkKind kWalk>
 __device__ __forceinline__ void producer_loop(const Sm90ForwardParams& params,
                                               const SharedStorage<Traits>& smem,
                                               const ItemWalk<kWalk>& walk) {
-  int ring = 0, items_done = 0;
-  if constexpr (kWalk == WalkKind::stride) {
-    for (std::int64_t linear = blockIdx.x; linear < walk.items; linear += gridDim.x, ++items_done) {
-      load_item<Traits>(params, smem, forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
-                        items_done, ring);
-    }
-  } else {
-    typename ItemWalk<kWalk>::Cursor cursor;
-    std::int64_t linear = 0;
-    for (; walk.next(cursor, linear); ++items_done) {
-      load_item<Traits>(params, smem, forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
-                        items_done, ring);
-    }
-  }
+  int ring = 0;
+  walk.for_each([&](std::int64_t linear, int items_done) {
+    load_item<Traits>(params, smem, forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
+                      items_done, ring);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -510,22 +514,12 @@ __device__ __forceinline__ void consumer_loop(const Sm90ForwardParams& params,
                                               const ItemWalk<kWalk>& walk, int consumer) {
   const IssueTurns<Traits::kConsumers> turns{consumer};
   turns.start();
-  int ring = 0, items_done = 0;
-  if constexpr (kWalk == WalkKind::stride) {
-    for (std::int64_t linear = blockIdx.x; linear < walk.items; linear += gridDim.x, ++items_done) {
-      consumer_item<Traits, kExtras>(params, smem,
-                                     forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
-                                     consumer, turns, items_done, ring);
-    }
-  } else {
-    typename ItemWalk<kWalk>::Cursor cursor;
-    std::int64_t linear = 0;
-    for (; walk.next(cursor, linear); ++items_done) {
-      consumer_item<Traits, kExtras>(params, smem,
-                                     forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
-                                     consumer, turns, items_done, ring);
-    }
-  }
+  int ring = 0;
+  walk.for_each([&](std::int64_t linear, int items_done) {
+    consumer_item<Traits, kExtras>(params, smem,
+                                   forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
+                                   consumer, turns, items_done, ring);
+  });
   turns.finish();
 }
 
