@@ -12,6 +12,7 @@
 #include "common/backward_params.hpp"
 #include "common/backward_workspace.hpp"
 #include "common/check_cuda.hpp"
+#include "common/problem_fields.hpp"
 #include "common/poison.cuh"
 #include "families.hpp"
 #include "instances.hpp"
@@ -81,18 +82,12 @@ bool use_sm90_backward(const detail::Problem& pr, bool deterministic) {
 BackwardParams make_params(const detail::BackwardArgs& a, bool sm90) {
   const detail::Problem& pr = a.problem;
   BackwardParams p;
-  p.q = a.q.data;
-  p.k = a.k.data;
-  p.v = a.v.data;
-  p.o = a.o.data;
+  fill_qkvo(p, a);
+  fill_problem_fields(p, pr);
   p.dout = a.dout.data;
   p.dq = a.dq.data;
   p.dk = a.dk.data;
   p.dv = a.dv.data;
-  p.q_strides = row_strides(a.q);
-  p.k_strides = row_strides(a.k);
-  p.v_strides = row_strides(a.v);
-  p.o_strides = row_strides(a.o);
   p.dout_strides = row_strides(a.dout);
   p.dq_strides = row_strides(a.dq);
   p.dk_strides = row_strides(a.dk);
@@ -102,17 +97,7 @@ BackwardParams make_params(const detail::BackwardArgs& a, bool sm90) {
   p.lse_stride_head = a.lse.strides[1];
   p.lse_stride_row = a.lse.strides[2];
   p.batch = pr.B;
-  p.q_len = pr.Nq;
-  p.k_len = pr.Nk;
-  p.q_heads = pr.Hq;
   p.kv_heads = pr.Hkv;
-  p.head_dim = pr.D;
-  p.heads_per_kv = pr.heads_per_kv();
-  p.scale = pr.scale;
-  p.scale_log2 = static_cast<float>(static_cast<double>(pr.scale) * 1.4426950408889634);
-  p.softcap = pr.softcap;
-  p.mask = pr.mask;
-  p.dropout = pr.dropout;
 
   const bool ordered_dq = a.deterministic && sm90;
   const WorkspaceLayout w = workspace_layout(pr.B, pr.Hq, pr.Nq, pr.Hkv, pr.Nk, pr.D,

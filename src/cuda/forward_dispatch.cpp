@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/check_cuda.hpp"
+#include "common/problem_fields.hpp"
 #include "cuda_backend.hpp"
 #include "forward.hpp"
 #include "families.hpp"
@@ -27,30 +28,14 @@ namespace {
 ForwardParams make_params(const detail::ForwardArgs& a) {
   const detail::Problem& p = a.problem;
   ForwardParams f;
-  f.q = a.q.data;
-  f.k = a.k.data;
-  f.v = a.v.data;
-  f.o = a.o.data;
+  fill_qkvo(f, a);
+  fill_problem_fields(f, p);
   f.lse = a.write_lse ? static_cast<float*>(a.lse.data) : nullptr;
-  f.q_strides = row_strides(a.q);
-  f.k_strides = row_strides(a.k);
-  f.v_strides = row_strides(a.v);
-  f.o_strides = row_strides(a.o);
   if (f.lse != nullptr) {
     f.lse_stride_batch = a.lse.strides[0];
     f.lse_stride_head = a.lse.strides[1];
     f.lse_stride_row = a.lse.strides[2];
   }
-  f.q_len = p.Nq;
-  f.k_len = p.Nk;
-  f.q_heads = p.Hq;
-  f.heads_per_kv = p.Hkv > 0 ? p.heads_per_kv() : 1;
-  f.head_dim = static_cast<int>(p.D);
-  f.scale = p.scale;
-  f.scale_log2 = static_cast<float>(static_cast<double>(p.scale) * 1.4426950408889634);
-  f.softcap = p.softcap;
-  f.mask = p.mask;
-  f.dropout = p.dropout;
   auto descale = [](const TensorView& d, const float*& ptr, std::int64_t (&strides)[2]) {
     ptr = static_cast<const float*>(d.data);
     strides[0] = d.data != nullptr ? d.strides[0] : 0;
