@@ -84,14 +84,10 @@ BackwardParams make_params(const detail::BackwardArgs& a, bool sm90) {
   BackwardParams p;
   fill_qkvo(p, a);
   fill_problem_fields(p, pr);
-  p.dout = a.dout.data;
-  p.dq = a.dq.data;
-  p.dk = a.dk.data;
-  p.dv = a.dv.data;
-  p.dout_strides = row_strides(a.dout);
-  p.dq_strides = row_strides(a.dq);
-  p.dk_strides = row_strides(a.dk);
-  p.dv_strides = row_strides(a.dv);
+  set_tensor(p.dout, p.dout_strides, a.dout);
+  set_tensor(p.dq, p.dq_strides, a.dq);
+  set_tensor(p.dk, p.dk_strides, a.dk);
+  set_tensor(p.dv, p.dv_strides, a.dv);
   p.lse = static_cast<const float*>(a.lse.data);
   p.lse_stride_batch = a.lse.strides[0];
   p.lse_stride_head = a.lse.strides[1];

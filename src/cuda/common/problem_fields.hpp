@@ -23,17 +23,20 @@ void fill_problem_fields(Params& p, const detail::Problem& pr) {
   p.dropout = pr.dropout;
 }
 
+// A [B, N, H, *] tensor of the parameters: its data pointer and row strides.
+template <typename Pointer, typename View>
+void set_tensor(Pointer& data, RowStrides& strides, const View& view) {
+  data = view.data;
+  strides = row_strides(view);
+}
+
 // Args: detail::ForwardArgs or detail::BackwardArgs (their q, k, v, o views).
 template <typename Params, typename Args>
 void fill_qkvo(Params& p, const Args& a) {
-  p.q = a.q.data;
-  p.k = a.k.data;
-  p.v = a.v.data;
-  p.o = a.o.data;
-  p.q_strides = row_strides(a.q);
-  p.k_strides = row_strides(a.k);
-  p.v_strides = row_strides(a.v);
-  p.o_strides = row_strides(a.o);
+  set_tensor(p.q, p.q_strides, a.q);
+  set_tensor(p.k, p.k_strides, a.k);
+  set_tensor(p.v, p.v_strides, a.v);
+  set_tensor(p.o, p.o_strides, a.o);
 }
 
 }  // namespace flashpp::cuda
