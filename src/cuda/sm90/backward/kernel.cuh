@@ -85,12 +85,11 @@ constexpr bool kSplitMask = FLASHPP_SM90_BWD_SPLIT_MASK != 0;
 // loop's bookkeeping runs; dP^T is issued at the top of its step and runs while P^T is computed.
 // (Issuing both across the loop, with a wait_group 1 at its top, made ptxas serialise every
 // product, C7514: it does not follow which group is which across the back edge; a wait_group 0
-// at the top, for S^T alone, it does.) Off by default: compiled and its SASS checked, not yet
-// measured (perf-notes, session 15).
+// at the top, for S^T alone, it does.) -1: by head dim, from 128 up (H200, session 16:
+// +2..+4% at D=128, -5..-8% at D=64 and -2..-7% at D=96; perf-notes).
 #ifndef FLASHPP_SM90_BWD_PIPELINE
-#define FLASHPP_SM90_BWD_PIPELINE 0
+#define FLASHPP_SM90_BWD_PIPELINE -1
 #endif
-constexpr bool kPipeline = kOverlap && FLASHPP_SM90_BWD_PIPELINE != 0;
 
 // dQ into the float32 accumulator (1): each consumer warp writes its dQ fragments to a staging
 // area of its own in shared memory and one lane adds the area with one bulk reduce-add; 0: one
@@ -126,6 +125,8 @@ struct Sm90BackwardTraits {
   // each consumer's own 64-key part of every column.
   static constexpr bool kBlockDq =
       kDeterministic || (FLASHPP_SM90_BWD_BLOCK_DQ < 0 ? kHeadDim >= 128 : FLASHPP_SM90_BWD_BLOCK_DQ != 0);
+  static constexpr bool kPipeline =
+      kOverlap && (FLASHPP_SM90_BWD_PIPELINE < 0 ? kHeadDim >= 128 : FLASHPP_SM90_BWD_PIPELINE != 0);
   static constexpr int kDqColumns = kBlockDq ? kHeadDim / kConsumers : kHeadDim;
   static constexpr int kDqTiles = kDqColumns / 8;
   static constexpr int kDsBuffers = kBlockDq ? 2 : 1;  // the other consumer reads ours: 2 deep
@@ -420,7 +421,7 @@ __device__ __forceinline__ void release_step(std::uint64_t* empty, int lane, int
 
 // `own` where kPipeline gives P^T and dS^T arrays of their own, else `shared` (the score
 // registers, overwritten in place).
-template <typename Own, typename Shared>
+template <bool kPipeline, typename Own, typename Shared>
 __device__ __forceinline__ auto& own_or(Own& own, Shared& shared) {
   if constexpr (kPipeline) {
     return own;
@@ -435,6 +436,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
                                                   const BackwardShared<Traits>& smem,
                                                   const BackwardTile& tile, int consumer) {
   using Element = typename Traits::Element;
+  constexpr bool kPipeline = Traits::kPipeline;
   const BackwardParams& p = params.args;
   const int lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
   const int g = lane >> 2, t = lane & 3;
@@ -514,8 +516,8 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     // the loop (when split, FLASHPP_SM90_BWD_SPLIT_MASK), so that the unmasked steps run compact
     // code without the per-element tests' branches in between.
     float own_prob[kPipeline ? Traits::kQTiles : 1][4], own_ds[kPipeline ? Traits::kQTiles : 1][4];
-    auto& prob_t = own_or(own_prob, s_t);
-    auto& ds_t = own_or(own_ds, dp_t);
+    auto& prob_t = own_or<kPipeline>(own_prob, s_t);
+    auto& ds_t = own_or<kPipeline>(own_ds, dp_t);
     auto recompute_p = [&](auto masked) {
 #pragma unroll
       for (int nt = 0; nt < Traits::kQTiles; ++nt) {
