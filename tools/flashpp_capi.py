@@ -13,6 +13,10 @@ sanity check, and the CPU kernel that ran in each direction (flashpp_cpu_kernel:
 backward (tdpbf16ps tiles)" for the bf16 backward on AMX). FLOPs: forward 4*B*H*N*N*D (halved
 when causal), backward 2.5x the forward.
 
+A/B of builds: --alt NAME=PATH (repeatable) times another libflashpp.so's forward in the same
+rounds (after ours, before torch), into outputs of its own, and prints one ALT line per
+(dtype, causal): its GFLOPS, its ratio to ours and to torch. --fwd-only skips the backward.
+
 AVX2 proxy on an AVX-512 machine: FLASHPP_CPU_ISA=avx2 for flashpp; for torch
 ATEN_CPU_CAPABILITY=avx2 alone is not enough (its SDPA's matrix products go to MKL, which still
 runs its AVX-512 sgemm), so also MKL_ENABLE_INSTRUCTIONS=AVX2 (and ONEDNN_MAX_CPU_ISA=AVX2).
@@ -80,10 +84,14 @@ def main():
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--deadline", type=float, default=0, help="epoch seconds: skip what starts later")
+    ap.add_argument("--alt", action="append", default=[], metavar="NAME=PATH",
+                    help="another libflashpp.so whose forward is timed in the same rounds")
+    ap.add_argument("--fwd-only", action="store_true")
     args = ap.parse_args()
 
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before libflashpp (and its OpenMP) loads
     fp = Flashpp(args.lib)
+    alts = [(spec.split("=", 1)[0], Flashpp(spec.split("=", 1)[1])) for spec in args.alt]
     import torch
     torch.set_num_threads(args.threads)
     tdt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -110,6 +118,15 @@ def main():
             bwd = lambda: fp.check(fp.lib.flashpp_backward(R(V["q"]), R(V["k"]), R(V["v"]), R(V["o"]), R(L), R(V["do"]),
                                                            R(V["dq"]), R(V["dk"]), R(V["dv"]), R(opt), None))
             flops = 4.0 * B * H * N * N * D * (0.5 if causal else 1.0)
+            alt_runs = []  # (name, forward call, its output, its lse: kept alive with the call)
+            for name, lib in alts:
+                o_alt, lse_alt = torch.empty_like(q), torch.empty(B, H, N, dtype=torch.float32)
+                Va = {n: lib.view(t, dt) for n, t in dict(q=q, k=k, v=v, o=o_alt).items()}
+                La = lib.lib.flashpp_make_lse(lse_alt.data_ptr(), B, H, N, 0, 0)
+                opt_a = lib.options(causal)
+                call = (lambda lib=lib, Va=Va, La=La, opt_a=opt_a: lib.check(lib.lib.flashpp_forward(
+                    R(Va["q"]), R(Va["k"]), R(Va["v"]), R(Va["o"]), R(La), R(opt_a), None)))
+                alt_runs.append((name, call, o_alt, lse_alt))
             # torch's CPU SDPA, same tensors
             qt, kt, vt = (t.clone().requires_grad_(True) for t in (q, k, v))
             sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -133,21 +150,36 @@ def main():
             # round first: on a shared machine the speed drifts over seconds, and interleaving
             # puts both libraries under the same drift. Medians over the rounds.
             times = {"fp_f": [], "t_f": [], "fp_b": [], "t_b": []}
+            times.update({"alt_" + name: [] for name, *_ in alt_runs})
+            nan = float("nan")
             for rnd in range(args.reps + 1):
-                round_times = dict(fp_f=timed(fwd), t_f=timed(lambda: sdpa(q, k, v, is_causal=causal)),
-                                   fp_b=timed(bwd), t_b=torch_bwd_once())
+                round_times = dict(fp_f=timed(fwd))
+                for name, call, *_ in alt_runs:
+                    round_times["alt_" + name] = timed(call)
+                round_times["t_f"] = timed(lambda: sdpa(q, k, v, is_causal=causal))
+                if not args.fwd_only:
+                    round_times.update(fp_b=timed(bwd), t_b=torch_bwd_once())
                 if rnd > 0:
                     for key, val in round_times.items():
                         times[key].append(val)
-            t_fp_f, t_t_f, t_fp_b, t_t_b = (statistics.median(times[key]) for key in ("fp_f", "t_f", "fp_b", "t_b"))
+            med = {key: statistics.median(val) if val else nan for key, val in times.items()}
+            t_fp_f, t_t_f, t_fp_b, t_t_b = (med[key] for key in ("fp_f", "t_f", "fp_b", "t_b"))
             scale = ref.float().abs().max().item()
             diff_o = (o.float() - ref.float()).abs().max().item() / scale
             def rel_diff(ours, theirs):
                 theirs = theirs.float()
                 return (ours.float() - theirs).abs().max().item() / max(theirs.abs().max().item(), 1e-30)
             # the backward's sanity figure: the largest of dQ's, dK's and dV's
-            diff_dq = max(rel_diff(dq, qt.grad), rel_diff(dk, kt.grad), rel_diff(dv, vt.grad))
-            for direction, tf, tt, f in (("fwd", t_fp_f, t_t_f, flops), ("bwd", t_fp_b, t_t_b, 2.5 * flops)):
+            diff_dq = (nan if args.fwd_only else
+                       max(rel_diff(dq, qt.grad), rel_diff(dk, kt.grad), rel_diff(dv, vt.grad)))
+            for name, _, o_alt, _ in alt_runs:
+                ga = flops / med["alt_" + name] / 1e9
+                print(f"ALT {name} threads={args.threads} dtype={dt} causal={int(causal)} dir=fwd "
+                      f"gflops={ga:.0f} vs_ours={med['fp_f'] / med['alt_' + name]:.2f} "
+                      f"vs_torch={t_t_f / med['alt_' + name]:.2f} maxdiff={rel_diff(o_alt, ref):.1e}", flush=True)
+            directions = (("fwd", t_fp_f, t_t_f, flops),) + (
+                () if args.fwd_only else (("bwd", t_fp_b, t_t_b, 2.5 * flops),))
+            for direction, tf, tt, f in directions:
                 gf, gt = f / tf / 1e9, f / tt / 1e9
                 kern = fp.kernel(dt, direction == "bwd").split(";")[0]
                 print(f"ROW threads={args.threads} dtype={dt} causal={int(causal)} dir={direction} "

@@ -35,7 +35,9 @@ inline F32x16 operator*(F32x16 a, F32x16 b) { return {_mm512_mul_ps(a.v, b.v)}; 
 inline F32x16 max16(F32x16 a, F32x16 b) { return {_mm512_max_ps(a.v, b.v)}; }
 inline F32x16 min16(F32x16 a, F32x16 b) { return {_mm512_min_ps(a.v, b.v)}; }
 inline F32x16 fnmadd16(F32x16 a, F32x16 b, F32x16 c) { return {_mm512_fnmadd_ps(a.v, b.v, c.v)}; }
+inline F32x16 fmsub16(F32x16 a, F32x16 b, F32x16 c) { return {_mm512_fmsub_ps(a.v, b.v, c.v)}; }
 inline F32x16 exp16(F32x16 x) { return {exp_ps(x.v)}; }
+inline F32x16 exp2_16(F32x16 y) { return {exp2_ps(y.v)}; }
 inline F32x16 tanh16(F32x16 x) { return {tanh_ps(x.v)}; }
 // keep ? x : fill, lane by lane
 inline F32x16 select16(LaneMask16 keep, F32x16 x, F32x16 fill) {
@@ -88,7 +90,11 @@ inline F32x16 min16(F32x16 a, F32x16 b) { return {_mm256_min_ps(a.lo, b.lo), _mm
 inline F32x16 fnmadd16(F32x16 a, F32x16 b, F32x16 c) {
   return {_mm256_fnmadd_ps(a.lo, b.lo, c.lo), _mm256_fnmadd_ps(a.hi, b.hi, c.hi)};
 }
+inline F32x16 fmsub16(F32x16 a, F32x16 b, F32x16 c) {
+  return {_mm256_fmsub_ps(a.lo, b.lo, c.lo), _mm256_fmsub_ps(a.hi, b.hi, c.hi)};
+}
 inline F32x16 exp16(F32x16 x) { return {exp_ps(x.lo), exp_ps(x.hi)}; }
+inline F32x16 exp2_16(F32x16 y) { return {exp2_ps(y.lo), exp2_ps(y.hi)}; }
 inline F32x16 tanh16(F32x16 x) { return {tanh_ps(x.lo), tanh_ps(x.hi)}; }
 inline __m256 lane_mask8(unsigned bits) {
   const __m256i pattern = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
@@ -135,14 +141,19 @@ inline void store16_bf16_pairs(std::uint32_t* dst, F32x16 even, F32x16 odd) {
 
 #endif
 
-// Lanes [first, last] of a 64-lane row that are set, as 4 masks of 16 (empty when first > last).
-inline void visible_lanes64(std::int64_t first, std::int64_t last, LaneMask16 out[4]) {
-  for (int v = 0; v < 4; ++v) {
+// Lanes [first, last] of a row of kVecs x 16 lanes that are set, as kVecs masks of 16 (empty when
+// first > last).
+template <int kVecs>
+inline void visible_lanes(std::int64_t first, std::int64_t last, LaneMask16 out[kVecs]) {
+  for (int v = 0; v < kVecs; ++v) {
     const std::int64_t lo = first - 16 * v > 0 ? first - 16 * v : 0;
     const std::int64_t hi = last - 16 * v < 15 ? last - 16 * v : 15;
     out[v] = lo > hi ? LaneMask16(0)
                      : static_cast<LaneMask16>(((1u << (hi + 1)) - 1u) & ~((1u << lo) - 1u));
   }
+}
+inline void visible_lanes64(std::int64_t first, std::int64_t last, LaneMask16 out[4]) {
+  visible_lanes<4>(first, last, out);
 }
 
 }  // namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE

@@ -15,7 +15,11 @@
 
 namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE {
 
+inline constexpr float kLog2e = 1.44269504088896341f;  // log2(e): natural units to base 2
+inline constexpr float kLn2 = 0.693147180559945309f;
+
 inline float exp_scalar(float x) { return x < -87.0f ? 0.0f : std::exp(x); }
+inline float exp2_scalar(float y) { return y < -126.0f ? 0.0f : std::exp2(y); }
 inline float tanh_scalar(float x) { return std::tanh(x); }
 
 #if defined(__AVX512F__)
@@ -24,13 +28,13 @@ inline float tanh_scalar(float x) { return std::tanh(x); }
 // degree-6 Taylor polynomial (error < 2e-8 relative on that interval); 2^n applied with scalef,
 // which saturates to 0 / inf without integer-exponent tricks.
 inline __m512 exp_ps(__m512 x) {
-  const __m512 kLog2e = _mm512_set1_ps(1.44269504088896341f);
+  const __m512 log2e = _mm512_set1_ps(kLog2e);
   const __m512 kLn2Hi = _mm512_set1_ps(0.693359375f);
   const __m512 kLn2Lo = _mm512_set1_ps(-2.12194440e-4f);
   const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
   x = _mm512_min_ps(x, _mm512_set1_ps(88.5f));
   x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));  // keeps -inf out of the reduction (no NaN)
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, kLog2e),
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, kLn2Hi, x);
   r = _mm512_fnmadd_ps(n, kLn2Lo, r);
@@ -42,6 +46,25 @@ inline __m512 exp_ps(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~underflow), p, n);
+}
+
+// 2^y for the softmax in base-2 units (the bf16 forward: scores pre-multiplied by log2(e), so
+// that one FMA gives the exponent): 2^y = 2^n 2^f, n = round(y), f = y - n in [-1/2, 1/2]
+// (exact), 2^f = e^(f ln 2) by the degree-6 Taylor polynomial exp_ps uses on the same interval.
+// y below -126, and -inf, give exactly 0 (maskz: the NaN that -inf makes of f never leaves);
+// y must stay below 128. Ten instructions against exp_ps's fourteen plus the caller's scaling.
+inline __m512 exp2_ps(__m512 y) {
+  const __mmask16 normal = _mm512_cmp_ps_mask(y, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
+  const __m512 n = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(y, n);
+  __m512 p = _mm512_set1_ps(1.5403530393381608e-4f);  // ln2^6 / 6!
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(normal, p, n);
 }
 
 // tanh(y) = sign(y) (1 - e) / (1 + e) with e = exp(-2|y|): no cancellation for large |y| and
@@ -69,13 +92,13 @@ inline __mmask16 lanes_mask(long count) {
 // in the exponent field, (n + 127) << 23: x is clamped to [-87, 88], so n stays in [-126, 127]
 // (a normal float); lanes below -87 are set to exactly 0.
 inline __m256 exp_ps(__m256 x) {
-  const __m256 kLog2e = _mm256_set1_ps(1.44269504088896341f);
+  const __m256 log2e = _mm256_set1_ps(kLog2e);
   const __m256 kLn2Hi = _mm256_set1_ps(0.693359375f);
   const __m256 kLn2Lo = _mm256_set1_ps(-2.12194440e-4f);
   const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
   x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
   x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));  // keeps -inf out of the reduction (no NaN)
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, kLog2e),
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, log2e),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, kLn2Hi, x);
   r = _mm256_fnmadd_ps(n, kLn2Lo, r);
@@ -88,6 +111,22 @@ inline __m256 exp_ps(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+}
+
+// 2^y on 8 lanes: the same as the AVX-512 exp2_ps above, 2^n built in the exponent field.
+inline __m256 exp2_ps(__m256 y) {
+  const __m256 normal = _mm256_cmp_ps(y, _mm256_set1_ps(-126.0f), _CMP_GE_OQ);
+  const __m256 n = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(y, n);
+  __m256 p = _mm256_set1_ps(1.5403530393381608e-4f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-2f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(normal, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
 }
 
 // tanh on 8 lanes: the same formula as the AVX-512 tanh_ps above.

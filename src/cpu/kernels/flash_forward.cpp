@@ -4,9 +4,10 @@
 // (causal tiles differ in cost). A task keeps its query tile, running statistics and output
 // accumulator in per-thread scratch and walks the key/value tiles of its kv head:
 //
-//   St  = K_j (scale Q_i)^T          key-major: keys are rows, queries are the vector lanes
+//   St  = K_j (c Q_i)^T              key-major: keys are rows, queries are the vector lanes;
+//                                    c = scale * log2(e): the softmax runs in base 2
 //   St  = softcap(St), masked -> -inf   (only on tiles that cross the mask boundary)
-//   online_softmax_update: m, l, alpha per query lane; St becomes P~ = exp(St - m')
+//   online_softmax_update: m, l, alpha per query lane; St becomes P~ = 2^(St - m')
 //   rescale_output: O *= alpha;   dropout: P~ *= z;   O += P~ V_j
 //
 // Why key-major: with queries along the lanes the softmax statistics are plain vectors (no
@@ -49,8 +50,8 @@ struct ForwardScratch {
   ScratchTile row;    // one converted row
 };
 
-// After the last key tile: O /= l and lse = m + log l; a row that saw no key gets O = 0 and
-// lse = -inf.
+// After the last key tile: O /= l and lse = m ln 2 + log l (m is in base-2 units); a row that
+// saw no key gets O = 0 and lse = -inf.
 void finalize_and_store(const detail::ForwardArgs& a, std::int64_t b, std::int64_t h,
                         std::int64_t i0, std::int64_t q_rows, ForwardScratch& s) {
   const std::int64_t D = a.problem.D;
@@ -66,7 +67,7 @@ void finalize_and_store(const detail::ForwardArgs& a, std::int64_t b, std::int64
     float* lse = static_cast<float*>(a.lse.data);
     for (std::int64_t r = 0; r < q_rows; ++r) {
       lse[detail::offset3(a.lse, b, h, i0 + r)] =
-          l[r] > 0.0f ? m[r] + std::log(l[r]) : -std::numeric_limits<float>::infinity();
+          l[r] > 0.0f ? m[r] * kLn2 + std::log(l[r]) : -std::numeric_limits<float>::infinity();
     }
   }
 }
@@ -80,9 +81,9 @@ void forward_query_tile(const detail::ForwardArgs& a, std::int64_t b, std::int64
   const std::int64_t q_cols = round_up(q_rows, 16);  // lanes computed (padding lanes are zero)
   const auto bh = static_cast<std::uint32_t>(b * p.Hq + h);
 
-  // The scale folds into Q once: S = (scale Q) K^T.
+  // The scale, and log2(e) for the base-2 softmax, fold into Q once: St = K (c Q)^T.
   load_tile_transposed(a.q, b, i0, q_rows, h, D, s.q_t.get(), kQueryLd, q_cols, s.row.get(),
-                       p.scale);
+                       p.scale * kLog2e);
   for (std::int64_t r = 0; r < kQueryTile; ++r) {
     s.m.get()[r] = kNegInf;
     s.l.get()[r] = 0.0f;
@@ -104,7 +105,8 @@ void forward_query_tile(const detail::ForwardArgs& a, std::int64_t b, std::int64
     float* st = s.s_t.get();
     tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, k, D, s.q_t.get(), kQueryLd, st,
                                   kQueryLd, false);
-    if (p.softcap > 0.0f) apply_softcap(st, kQueryLd, kv_rows, q_cols, p.softcap);
+    // cap tanh(x / cap) in base-2 units: the same with cap * log2(e)
+    if (p.softcap > 0.0f) apply_softcap(st, kQueryLd, kv_rows, q_cols, p.softcap * kLog2e);
     if (masked && !p.mask.tile_fully_visible(i0, i0 + q_rows, j0, j1)) {
       apply_tile_mask_key_major(st, kQueryLd, kv_rows, q_cols, i0, j0, p.mask);
     }

@@ -40,8 +40,23 @@
 namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE {
 namespace {
 
-constexpr std::int64_t kQueryRows = 128;  // queries per task
-constexpr std::int64_t kKeys = 64;        // keys per tile (the lanes of S: 4 vectors)
+// Tile shape (FLASHPP_CPU_BF16_FWD_ROWS / _KEYS override it, for A/B builds): queries per task and
+// keys per tile. The per-row work that does not scale with the keys (two horizontal reductions,
+// the scalar exp of the rescale, O's rescale in memory, the C tiles of O loaded and stored by
+// the P~V product) is paid once per key tile. GPU host's Xeon (AMX, session 16, N=4096, D=128,
+// with the base-2 softmax, 2 and 16 threads, causal and not): against 128 x 64, 128 x 128 ran
+// 1.07-1.18x, 128 x 256 1.02-1.18x, 64 x 128 1.03-1.12x, 64 x 256 1.01-1.08x (docs/cpu-backend.md).
+#ifndef FLASHPP_CPU_BF16_FWD_ROWS
+#define FLASHPP_CPU_BF16_FWD_ROWS 128
+#endif
+#ifndef FLASHPP_CPU_BF16_FWD_KEYS
+#define FLASHPP_CPU_BF16_FWD_KEYS 128
+#endif
+constexpr std::int64_t kQueryRows = FLASHPP_CPU_BF16_FWD_ROWS;
+constexpr std::int64_t kKeys = FLASHPP_CPU_BF16_FWD_KEYS;
+constexpr int kKeyVecs = static_cast<int>(kKeys / 16);  // the lanes of a row of S
+static_assert(kQueryRows % 32 == 0 && kKeys % 32 == 0 && kKeys <= 256,
+              "tile products take multiples of 32; a row of S stays in registers");
 
 // ---- packing K^T and V (once per call) -------------------------------------------------------------
 
@@ -117,56 +132,68 @@ void forward_query_tile(const detail::ForwardArgs& a, const PackedKv& pk, std::i
 
   const bool masked = p.mask.active();
   const bool capped = p.softcap > 0.0f;
-  const F32x16 vscale = set16(p.scale);
+  // The softmax runs in base-2 units: the exponent of a probability is y = x * c - m with
+  // c = scale * log2(e) (one FMA), m the row's running maximum of x * c, and 2^y (exp2_16)
+  // needs no reduction by ln 2. The maximum is taken over the raw scores x and scaled once per
+  // row (c > 0). Soft-capped scores (and a scale <= 0) are mapped first, then c = 1.
+  const float to_log2 = p.scale * kLog2e;
+  const bool premapped = capped || !(to_log2 > 0.0f);
+  const F32x16 row_scale = set16(premapped ? 1.0f : to_log2);
   const F32x16 neg_inf = set16(kNegInf);
   for (std::int64_t t = 0; t < pk.tiles; ++t) {
     const std::int64_t j0 = t * kKeys, j1 = std::min(j0 + kKeys, p.Nk);
     if (masked && p.mask.tile_fully_hidden(i0, i0 + q_rows, j0, j1)) continue;
     const std::int64_t kv_rows = j1 - j0;
     const bool element_mask = masked && !p.mask.tile_fully_visible(i0, i0 + q_rows, j0, j1);
+    const bool hidden_lanes = element_mask || kv_rows < kKeys;
 
     bf16_tile_product(m_rows, kKeys, Dp, q, Dp, pk.kt(bhk, t), kKeys, s, kKeys, false);
     if (p.dropout.enabled()) {
       dropout_factors_query_major(w.z.get(), kKeys, q_rows, kv_rows, i0, j0, bh, p.dropout);
     }
-    LaneMask16 all_keys[4];
-    visible_lanes64(0, kv_rows - 1, all_keys);
+    LaneMask16 all_keys[kKeyVecs];
+    visible_lanes<kKeyVecs>(0, kv_rows - 1, all_keys);
     for (std::int64_t r = 0; r < q_rows; ++r) {
       float* srow = s + r * kKeys;
-      F32x16 x[4];
-      for (int v = 0; v < 4; ++v) x[v] = load16(srow + 16 * v) * vscale;
-      if (capped) {
-        const F32x16 cap = set16(p.softcap), inv = set16(1.0f / p.softcap);
-        for (int v = 0; v < 4; ++v) x[v] = cap * tanh16(x[v] * inv);
+      F32x16 x[kKeyVecs];
+      for (int v = 0; v < kKeyVecs; ++v) x[v] = load16(srow + 16 * v);
+      if (premapped) {
+        if (capped) {
+          const F32x16 cap = set16(p.softcap * kLog2e), inv = set16(p.scale / p.softcap);
+          for (int v = 0; v < kKeyVecs; ++v) x[v] = cap * tanh16(x[v] * inv);
+        } else {
+          for (int v = 0; v < kKeyVecs; ++v) x[v] = x[v] * set16(to_log2);
+        }
       }
-      LaneMask16 keep[4] = {all_keys[0], all_keys[1], all_keys[2], all_keys[3]};
-      if (element_mask) {
-        const std::int64_t i = i0 + r;
-        const std::int64_t first = std::max<std::int64_t>(i + p.mask.shift - p.mask.left - j0, 0);
-        const std::int64_t last = std::min<std::int64_t>(i + p.mask.shift + p.mask.right - j0, kv_rows - 1);
-        visible_lanes64(first, last, keep);
+      if (hidden_lanes) {
+        LaneMask16 keep[kKeyVecs];
+        for (int v = 0; v < kKeyVecs; ++v) keep[v] = all_keys[v];
+        if (element_mask) {
+          const std::int64_t i = i0 + r;
+          const std::int64_t first = std::max<std::int64_t>(i + p.mask.shift - p.mask.left - j0, 0);
+          const std::int64_t last = std::min<std::int64_t>(i + p.mask.shift + p.mask.right - j0, kv_rows - 1);
+          visible_lanes<kKeyVecs>(first, last, keep);
+        }
+        for (int v = 0; v < kKeyVecs; ++v) x[v] = select16(keep[v], x[v], neg_inf);
       }
-      F32x16 tile_max = neg_inf;
-      for (int v = 0; v < 4; ++v) {
-        x[v] = select16(keep[v], x[v], neg_inf);
-        tile_max = max16(tile_max, x[v]);
-      }
+      F32x16 tile_max = x[0];
+      for (int v = 1; v < kKeyVecs; ++v) tile_max = max16(tile_max, x[v]);
       const float m_old = m[r];
-      const float m_new = std::max(m_old, reduce_max16(tile_max));
+      const float m_new = std::max(m_old, reduce_max16(tile_max * row_scale));
       const float ref = m_new == kNegInf ? 0.0f : m_new;
-      const float alpha = exp_scalar(m_old - ref);
+      const float alpha = exp2_scalar(m_old - ref);
       const F32x16 vref = set16(ref);
       F32x16 sum = zero16();
-      for (int v = 0; v < 4; ++v) {
-        x[v] = exp16(x[v] - vref);
+      for (int v = 0; v < kKeyVecs; ++v) {
+        x[v] = exp2_16(fmsub16(x[v], row_scale, vref));
         sum = sum + x[v];
       }
       l[r] = alpha * l[r] + reduce_add16(sum);  // before dropout: the lse ignores it
       m[r] = m_new;
       if (p.dropout.enabled()) {
-        for (int v = 0; v < 4; ++v) x[v] = x[v] * load16(w.z.get() + r * kKeys + 16 * v);
+        for (int v = 0; v < kKeyVecs; ++v) x[v] = x[v] * load16(w.z.get() + r * kKeys + 16 * v);
       }
-      for (int v = 0; v < 4; ++v) store16_bf16(pb + r * kKeys + 16 * v, x[v]);
+      for (int v = 0; v < kKeyVecs; ++v) store16_bf16(pb + r * kKeys + 16 * v, x[v]);
       if (alpha != 1.0f) {
         float* orow = o + r * Dp;
         const F32x16 va = set16(alpha);
@@ -185,7 +212,7 @@ void forward_query_tile(const detail::ForwardArgs& a, const PackedKv& pk, std::i
     float* lse = static_cast<float*>(a.lse.data);
     for (std::int64_t r = 0; r < q_rows; ++r) {
       lse[detail::offset3(a.lse, b, h, i0 + r)] =
-          l[r] > 0.0f ? m[r] + std::log(l[r]) : -std::numeric_limits<float>::infinity();
+          l[r] > 0.0f ? m[r] * kLn2 + std::log(l[r]) : -std::numeric_limits<float>::infinity();
     }
   }
 }
