@@ -13,9 +13,9 @@ sanity check, and the CPU kernel that ran in each direction (flashpp_cpu_kernel:
 backward (tdpbf16ps tiles)" for the bf16 backward on AMX). FLOPs: forward 4*B*H*N*N*D (halved
 when causal), backward 2.5x the forward.
 
-A/B of builds: --alt NAME=PATH (repeatable) times another libflashpp.so's forward in the same
-rounds (after ours, before torch), into outputs of its own, and prints one ALT line per
-(dtype, causal): its GFLOPS, its ratio to ours and to torch. --fwd-only skips the backward.
+A/B of builds: --alt NAME=PATH (repeatable) times another libflashpp.so in the same rounds
+(each direction right after ours), into outputs of its own, and prints one ALT line per (dtype,
+causal, direction): its GFLOPS, its ratio to ours and to torch. --fwd-only skips the backward.
 
 AVX2 proxy on an AVX-512 machine: FLASHPP_CPU_ISA=avx2 for flashpp; for torch
 ATEN_CPU_CAPABILITY=avx2 alone is not enough (its SDPA's matrix products go to MKL, which still
@@ -118,15 +118,21 @@ def main():
             bwd = lambda: fp.check(fp.lib.flashpp_backward(R(V["q"]), R(V["k"]), R(V["v"]), R(V["o"]), R(L), R(V["do"]),
                                                            R(V["dq"]), R(V["dk"]), R(V["dv"]), R(opt), None))
             flops = 4.0 * B * H * N * N * D * (0.5 if causal else 1.0)
-            alt_runs = []  # (name, forward call, its output, its lse: kept alive with the call)
+            alt_runs = []  # per alt: its calls and its own outputs (kept alive with the calls)
             for name, lib in alts:
-                o_alt, lse_alt = torch.empty_like(q), torch.empty(B, H, N, dtype=torch.float32)
-                Va = {n: lib.view(t, dt) for n, t in dict(q=q, k=k, v=v, o=o_alt).items()}
-                La = lib.lib.flashpp_make_lse(lse_alt.data_ptr(), B, H, N, 0, 0)
+                ra = dict(name=name, o=torch.empty_like(q), lse=torch.empty(B, H, N, dtype=torch.float32),
+                          dq=torch.empty_like(q), dk=torch.empty_like(k), dv=torch.empty_like(v))
+                Va = {n: lib.view(t, dt) for n, t in dict(q=q, k=k, v=v, do=do, o=ra["o"], dq=ra["dq"],
+                                                          dk=ra["dk"], dv=ra["dv"]).items()}
+                La = lib.lib.flashpp_make_lse(ra["lse"].data_ptr(), B, H, N, 0, 0)
                 opt_a = lib.options(causal)
-                call = (lambda lib=lib, Va=Va, La=La, opt_a=opt_a: lib.check(lib.lib.flashpp_forward(
+                ra["fwd"] = (lambda lib=lib, Va=Va, La=La, opt_a=opt_a: lib.check(lib.lib.flashpp_forward(
                     R(Va["q"]), R(Va["k"]), R(Va["v"]), R(Va["o"]), R(La), R(opt_a), None)))
-                alt_runs.append((name, call, o_alt, lse_alt))
+                ra["bwd"] = (lambda lib=lib, Va=Va, La=La, opt_a=opt_a: lib.check(lib.lib.flashpp_backward(
+                    R(Va["q"]), R(Va["k"]), R(Va["v"]), R(Va["o"]), R(La), R(Va["do"]), R(Va["dq"]),
+                    R(Va["dk"]), R(Va["dv"]), R(opt_a), None)))
+                ra["keepalive"] = (Va, La, opt_a)
+                alt_runs.append(ra)
             # torch's CPU SDPA, same tensors
             qt, kt, vt = (t.clone().requires_grad_(True) for t in (q, k, v))
             sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -150,15 +156,19 @@ def main():
             # round first: on a shared machine the speed drifts over seconds, and interleaving
             # puts both libraries under the same drift. Medians over the rounds.
             times = {"fp_f": [], "t_f": [], "fp_b": [], "t_b": []}
-            times.update({"alt_" + name: [] for name, *_ in alt_runs})
+            for ra in alt_runs:
+                times.update({"alt_f_" + ra["name"]: [], "alt_b_" + ra["name"]: []})
             nan = float("nan")
             for rnd in range(args.reps + 1):
                 round_times = dict(fp_f=timed(fwd))
-                for name, call, *_ in alt_runs:
-                    round_times["alt_" + name] = timed(call)
+                for ra in alt_runs:
+                    round_times["alt_f_" + ra["name"]] = timed(ra["fwd"])
                 round_times["t_f"] = timed(lambda: sdpa(q, k, v, is_causal=causal))
                 if not args.fwd_only:
-                    round_times.update(fp_b=timed(bwd), t_b=torch_bwd_once())
+                    round_times["fp_b"] = timed(bwd)
+                    for ra in alt_runs:
+                        round_times["alt_b_" + ra["name"]] = timed(ra["bwd"])
+                    round_times["t_b"] = torch_bwd_once()
                 if rnd > 0:
                     for key, val in round_times.items():
                         times[key].append(val)
@@ -172,11 +182,18 @@ def main():
             # the backward's sanity figure: the largest of dQ's, dK's and dV's
             diff_dq = (nan if args.fwd_only else
                        max(rel_diff(dq, qt.grad), rel_diff(dk, kt.grad), rel_diff(dv, vt.grad)))
-            for name, _, o_alt, _ in alt_runs:
-                ga = flops / med["alt_" + name] / 1e9
-                print(f"ALT {name} threads={args.threads} dtype={dt} causal={int(causal)} dir=fwd "
-                      f"gflops={ga:.0f} vs_ours={med['fp_f'] / med['alt_' + name]:.2f} "
-                      f"vs_torch={t_t_f / med['alt_' + name]:.2f} maxdiff={rel_diff(o_alt, ref):.1e}", flush=True)
+            for ra in alt_runs:
+                name = ra["name"]
+                rows = [("fwd", "alt_f_", "fp_f", t_t_f, flops, rel_diff(ra["o"], ref))]
+                if not args.fwd_only:
+                    rows.append(("bwd", "alt_b_", "fp_b", t_t_b, 2.5 * flops,
+                                 max(rel_diff(ra["dq"], qt.grad), rel_diff(ra["dk"], kt.grad),
+                                     rel_diff(ra["dv"], vt.grad))))
+                for direction, key, ours, tt, f, diff in rows:
+                    ta = med[key + name]
+                    print(f"ALT {name} threads={args.threads} dtype={dt} causal={int(causal)} dir={direction} "
+                          f"gflops={f / ta / 1e9:.0f} vs_ours={med[ours] / ta:.2f} "
+                          f"vs_torch={tt / ta:.2f} maxdiff={diff:.1e}", flush=True)
             directions = (("fwd", t_fp_f, t_t_f, flops),) + (
                 () if args.fwd_only else (("bwd", t_fp_b, t_t_b, 2.5 * flops),))
             for direction, tf, tt, f in directions:

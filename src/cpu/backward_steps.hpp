@@ -47,13 +47,13 @@ inline void compute_output_dot(const detail::BackwardArgs& a, float* d_rows) {
   throw_if_out_of_memory(out_of_memory, "flashpp::backward");
 }
 
-// lse of rows i0 .. i0+rows-1 as exp(S - lse) wants it (see backward_lse_for_exp); lanes
-// beyond `rows` get 0 so that padding lanes stay finite.
+// lse of rows i0 .. i0+rows-1 as 2^(S - lse) wants it: in base-2 units (times log2(e)), -inf
+// as +inf (see backward_lse_for_exp); lanes beyond `rows` get 0 so that padding lanes stay finite.
 inline void load_lse(const detail::BackwardArgs& a, std::int64_t b, std::int64_t h, std::int64_t i0,
               std::int64_t rows, std::int64_t padded, float* out) {
   const float* lse = static_cast<const float*>(a.lse.data);
   for (std::int64_t r = 0; r < rows; ++r) {
-    out[r] = backward_lse_for_exp(lse[detail::offset3(a.lse, b, h, i0 + r)]);
+    out[r] = backward_lse_for_exp(lse[detail::offset3(a.lse, b, h, i0 + r)]) * kLog2e;
   }
   for (std::int64_t r = rows; r < padded; ++r) out[r] = 0.0f;
 }
@@ -87,7 +87,7 @@ inline void probabilities_and_score_gradient(const detail::Problem& p, PairTiles
                                       const float* lse, const float* d_rows) {
   const bool dropout = p.dropout.enabled();
   const bool capped = p.softcap > 0.0f;
-  const float inv_cap = capped ? 1.0f / p.softcap : 0.0f;
+  const float inv_cap = capped ? 1.0f / (p.softcap * kLog2e) : 0.0f;  // s: base-2 units
   for (std::int64_t x = 0; x < rows; ++x) {
     const QueryStat lse_stat{query_major ? lse + x : lse, !query_major};
     const QueryStat d_stat{query_major ? d_rows + x : d_rows, !query_major};

@@ -195,20 +195,21 @@ inline void rescale_output(float* o, std::int64_t ld, std::int64_t q_rows, std::
 
 // ---- backward: probabilities and score gradients ------------------------------------------------
 
-// A row of P = exp(S - lse). lse = -inf (a row that sees no key) must be passed as +inf so that
-// P = 0 there (see backward_lse_for_exp).
+// A row of P = 2^(S - lse), S and lse in base-2 units (scores and lse times log2(e): the
+// backward kernels fold log2(e) into their scaled operand and load_lse). lse = -inf (a row that
+// sees no key) must be passed as +inf so that P = 0 there (see backward_lse_for_exp).
 inline void probabilities_row(const float* s, float* p, std::int64_t n, QueryStat lse) {
   std::int64_t c = 0;
 #if defined(__AVX512F__)
   for (; c + 16 <= n; c += 16) {
-    _mm512_storeu_ps(p + c, exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + c), lse.load(c))));
+    _mm512_storeu_ps(p + c, exp2_ps(_mm512_sub_ps(_mm512_loadu_ps(s + c), lse.load(c))));
   }
 #elif defined(__AVX2__) && defined(__FMA__)
   for (; c + 8 <= n; c += 8) {
-    _mm256_storeu_ps(p + c, exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s + c), lse.load(c))));
+    _mm256_storeu_ps(p + c, exp2_ps(_mm256_sub_ps(_mm256_loadu_ps(s + c), lse.load(c))));
   }
 #endif
-  for (; c < n; ++c) p[c] = exp_scalar(s[c] - lse.at(c));
+  for (; c < n; ++c) p[c] = exp2_scalar(s[c] - lse.at(c));
 }
 
 // A row of dS = P * (dP * z - D) * (1 - (S/cap)^2), written over dP.

@@ -154,6 +154,7 @@ void backward_query_unit(const detail::BackwardArgs& a, const float* d_rows_all,
   const bool capped = p.softcap > 0.0f;
   const bool dropout = p.dropout.enabled();
   const F32x16 vscale = set16(p.scale);
+  const F32x16 vlog2e = set16(kLog2e), vscale2 = set16(p.scale * kLog2e);  // base 2: load_lse
   const F32x16 neg_inf = set16(kNegInf);
   const F32x16 zero = zero16();
   for (std::int64_t t = 0; t < pk.tiles; ++t) {
@@ -182,9 +183,12 @@ void backward_query_unit(const detail::BackwardArgs& a, const float* d_rows_all,
       }
       const F32x16 row_lse = set16(lse[r]), row_d = set16(drow[r]);
       for (int v = 0; v < 4; ++v) {
-        F32x16 x = load16(s + r * kKeys + 16 * v) * vscale;
+        F32x16 x = load16(s + r * kKeys + 16 * v);
         F32x16 cap_factor = zero;
+        F32x16 to_log2 = vscale2;  // x * to_log2 - lse: the exponent of P in base 2
         if (capped) {
+          x = x * vscale;
+          to_log2 = vlog2e;
           // x = cap tanh(x / cap); dS gets the factor 1 - (x / cap)^2 (|x / cap| <= 1)
           const F32x16 inv = set16(1.0f / p.softcap);
           const F32x16 th = tanh16(x * inv);
@@ -194,7 +198,8 @@ void backward_query_unit(const detail::BackwardArgs& a, const float* d_rows_all,
           cap_factor = fnmadd16(t_c, t_c, one);
         }
         x = select16(keep[v], x, neg_inf);
-        const F32x16 prob = exp16(x - row_lse);  // lse = +inf for a row that sees nothing: 0
+        // lse = +inf for a row that sees nothing: P = 0
+        const F32x16 prob = exp2_16(fmsub16(x, to_log2, row_lse));
         F32x16 dpv = load16(dp + r * kKeys + 16 * v);
         F32x16 p_tilde = prob;
         if (dropout) {

@@ -56,7 +56,8 @@ void backward_query_tile_pairs(const detail::BackwardArgs& a, const float* d_row
   const std::int64_t q_cols = round_up(q_rows, 16);
   const std::int64_t ld = kQueryLd;
   const auto bh = static_cast<std::uint32_t>(b * p.Hq + h);
-  load_tile_transposed(a.q, b, i0, q_rows, h, D, w.q_t.get(), ld, q_cols, w.row.get(), p.scale);
+  load_tile_transposed(a.q, b, i0, q_rows, h, D, w.q_t.get(), ld, q_cols, w.row.get(),
+                       p.scale * kLog2e);  // S in base-2 units (probabilities_row)
   load_tile_transposed(a.dout, b, i0, q_rows, h, D, w.dout_t.get(), ld, q_cols, w.row.get());
   load_tile_rows(a.q, b, i0, q_rows, h, D, w.q.get(), D, q_rows);
   load_tile_rows(a.dout, b, i0, q_rows, h, D, w.dout.get(), D, q_rows);
@@ -77,7 +78,7 @@ void backward_query_tile_pairs(const detail::BackwardArgs& a, const float* d_row
 
     tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, w.k.get(), D, w.q_t.get(), ld, t.s, ld,
                                   false);
-    if (p.softcap > 0.0f) apply_softcap(t.s, ld, kv_rows, q_cols, p.softcap);
+    if (p.softcap > 0.0f) apply_softcap(t.s, ld, kv_rows, q_cols, p.softcap * kLog2e);
     if (masked && !p.mask.tile_fully_visible(i0, i0 + q_rows, j0, j1)) {
       apply_tile_mask_key_major(t.s, ld, kv_rows, q_cols, i0, j0, p.mask);
     }

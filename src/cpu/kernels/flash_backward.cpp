@@ -65,9 +65,10 @@ void backward_key_tile(const detail::BackwardArgs& a, const float* d_rows, std::
   const std::int64_t kv_rows = std::min(key_tile, p.Nk - j0);
   const std::int64_t kv_cols = round_up(kv_rows, 16);
   const std::int64_t ld = kBwdKeyLd;
-  // The scale folds into K^T (it is used only for S): S = Q (scale K)^T.
+  // The scale folds into K^T (it is used only for S), with log2(e): S = Q (c K)^T in the base-2
+  // units of probabilities_row, c = scale log2(e).
   load_tile_transposed(a.k, b, j0, kv_rows, hk, D, w.k_t.get(), ld, kv_cols, w.row.get(),
-                       p.scale);
+                       p.scale * kLog2e);
   load_tile_transposed(a.v, b, j0, kv_rows, hk, D, w.v_t.get(), ld, kv_cols, w.row.get());
   std::fill(w.dk.get(), w.dk.get() + kv_rows * D, 0.0f);
   std::fill(w.dv.get(), w.dv.get() + kv_rows * D, 0.0f);
@@ -93,7 +94,7 @@ void backward_key_tile(const detail::BackwardArgs& a, const float* d_rows, std::
 
       // S = Q (scale K)^T (then softcap, mask), dP = dO V^T: query-major, keys along the lanes.
       tile_gemm<ALayout::row_major>(q_rows, kv_cols, D, q, D, w.k_t.get(), ld, t.s, ld, false);
-      if (p.softcap > 0.0f) apply_softcap(t.s, ld, q_rows, kv_cols, p.softcap);
+      if (p.softcap > 0.0f) apply_softcap(t.s, ld, q_rows, kv_cols, p.softcap * kLog2e);
       if (masked && !p.mask.tile_fully_visible(i0, i0 + q_rows, j0, j0 + kv_rows)) {
         apply_tile_mask_query_major(t.s, ld, q_rows, kv_cols, i0, j0, p.mask);
       }
@@ -140,7 +141,8 @@ void backward_query_tile(const detail::BackwardArgs& a, const float* d_rows, std
   const std::int64_t q_cols = round_up(q_rows, 16);
   const std::int64_t ld = kQueryLd;
   const auto bh = static_cast<std::uint32_t>(b * p.Hq + h);
-  load_tile_transposed(a.q, b, i0, q_rows, h, D, w.q_t.get(), ld, q_cols, w.row.get(), p.scale);
+  load_tile_transposed(a.q, b, i0, q_rows, h, D, w.q_t.get(), ld, q_cols, w.row.get(),
+                       p.scale * kLog2e);  // base 2, as in pass 1
   load_tile_transposed(a.dout, b, i0, q_rows, h, D, w.dout_t.get(), ld, q_cols, w.row.get());
   load_lse(a, b, h, i0, q_rows, q_cols, w.lse.get());
   load_output_dot(d_rows, p, b, h, i0, q_rows, q_cols, w.d_rows.get());
@@ -161,7 +163,7 @@ void backward_query_tile(const detail::BackwardArgs& a, const float* d_rows, std
 
     // S^T = K (scale Q)^T (then softcap, mask), dP^T = V dO^T: key-major, queries along lanes.
     tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, k, D, w.q_t.get(), ld, t.s, ld, false);
-    if (p.softcap > 0.0f) apply_softcap(t.s, ld, kv_rows, q_cols, p.softcap);
+    if (p.softcap > 0.0f) apply_softcap(t.s, ld, kv_rows, q_cols, p.softcap * kLog2e);
     if (masked && !p.mask.tile_fully_visible(i0, i0 + q_rows, j0, j1)) {
       apply_tile_mask_key_major(t.s, ld, kv_rows, q_cols, i0, j0, p.mask);
     }
