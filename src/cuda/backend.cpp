@@ -118,7 +118,9 @@ std::string unsupported_reason(const detail::Problem& p, bool backward) {
   return {};
 }
 
-std::size_t forward_workspace_size(const detail::Problem&) { return 0; }
+std::size_t forward_workspace_size(const detail::Problem& problem) {
+  return problem.dtype == DType::e4m3 ? sm90::forward_fp8_workspace_bytes(problem) : 0;
+}
 
 std::size_t backward_workspace_size(const detail::Problem& problem, bool deterministic) {
   return backward_scratch_bytes(problem, deterministic);
@@ -128,7 +130,16 @@ void forward(const detail::ForwardArgs& args) {
   const std::string reason = forward_layout_unsupported_reason(args);
   if (!reason.empty()) throw Error(ErrorCode::unsupported, "flashpp::forward: " + reason);
   DeviceGuard guard(args.problem.device.index);
-  run_forward(args);
+  const std::size_t bytes = forward_workspace_size(args.problem);
+  if (bytes == 0 || args.workspace.data != nullptr) {
+    run_forward(args);
+    return;
+  }
+  StreamScratch scratch(bytes, static_cast<cudaStream_t>(args.stream));
+  detail::ForwardArgs with_scratch = args;
+  with_scratch.workspace.data = scratch.data();
+  with_scratch.workspace.bytes = bytes;
+  run_forward(with_scratch);
 }
 
 std::string kvcache_unsupported_reason(const detail::KvCacheArgs& args) {

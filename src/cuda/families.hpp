@@ -34,9 +34,10 @@ void run_backward(const BackwardParams& params, const detail::BackwardArgs& args
 
 namespace sm90 {
 void run_forward(const ForwardParams& params, const detail::ForwardArgs& args, cudaStream_t stream);
-// The FP8 (e4m3 inputs) forward.
+// The FP8 (e4m3 inputs) forward, and the workspace it needs (V transposed, forward_fp8/).
 void run_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& args,
                      cudaStream_t stream);
+std::size_t forward_fp8_workspace_bytes(const detail::Problem& problem);
 // The backward, at the kernel head dims of common/backward_workspace.hpp that it instantiates.
 void run_backward(const BackwardParams& params, const detail::BackwardArgs& args,
                   cudaStream_t stream);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,9 @@ DeviceBuffer upload(const void* data, std::size_t bytes) {
   return d;
 }
 
-ForwardOutputs run_fp8_forward_cuda(const Fp8Case& c, const Fp8Data& d) {
+// caller_workspace: pass a workspace of forward_workspace_size bytes, 0xFF-filled (an e4m3 NaN in
+// every byte), instead of letting flashpp allocate one.
+ForwardOutputs run_fp8_forward_cuda(const Fp8Case& c, const Fp8Data& d, bool caller_workspace = false) {
   const DeviceBuffer q = upload(d.q.raw(), d.q.raw_bytes()), k = upload(d.k.raw(), d.k.raw_bytes()),
                      v = upload(d.v.raw(), d.v.raw_bytes());
   const std::size_t scale_bytes = d.q_scale.size() * sizeof(float);
@@ -75,8 +78,15 @@ ForwardOutputs run_fp8_forward_cuda(const Fp8Case& c, const Fp8Data& d) {
   opt.q_descale = test::descale_view(c, qs.data(), kCuda);
   opt.k_descale = test::descale_view(c, ks.data(), kCuda);
   opt.v_descale = test::descale_view(c, vs.data(), kCuda);
-  forward(on_device(d.q.view(), q), on_device(d.k.view(), k), on_device(d.v.view(), v),
-          on_device(out.o.view(), o), on_device(out.lse.view(), lse), opt);
+  const TensorView Q = on_device(d.q.view(), q), K = on_device(d.k.view(), k),
+                   V = on_device(d.v.view(), v);
+  Workspace ws{};
+  DeviceBuffer scratch(caller_workspace ? forward_workspace_size(Q, K, V, opt) : 0);
+  if (caller_workspace) {
+    scratch.fill_bytes(0xFF);
+    ws = Workspace{scratch.data(), scratch.bytes()};
+  }
+  forward(Q, K, V, on_device(out.o.view(), o), on_device(out.lse.view(), lse), opt, nullptr, ws);
   if (cudaDeviceSynchronize() != cudaSuccess) ADD_FAILURE() << cudaGetErrorString(cudaGetLastError());
   if (out.o.raw_bytes() > 0) cudaMemcpy(out.o.raw(), o.data(), out.o.raw_bytes(), cudaMemcpyDeviceToHost);
   if (out.lse.raw_bytes() > 0) cudaMemcpy(out.lse.raw(), lse.data(), out.lse.raw_bytes(), cudaMemcpyDeviceToHost);
@@ -178,6 +188,26 @@ TEST(Fp8GpuForward, NoKeysAndEmptyRows) {
   rows.alignment = Alignment::bottom_right;
   rows.seed = 4;
   check_case(rows);
+}
+
+// The V transposition pass writes its Vt into the workspace: a caller's (poisoned) workspace gives
+// the same output, bit for bit, as the one flashpp allocates; with FLASHPP_FP8_V_TRANSPOSE=kernel
+// the workspace size is 0 and both calls take the in-kernel transposition.
+TEST(Fp8GpuForward, CallerWorkspaceGivesTheSameOutput) {
+  FLASHPP_SKIP_WITHOUT_FP8_GPU();
+  for (const AttentionShape shape : {AttentionShape{2, 130, 301, 4, 2, 128}, AttentionShape{1, 64, 77, 2, 1, 256}}) {
+    Fp8Case c;
+    c.shape = shape;
+    c.seed = 90 + shape.D;
+    SCOPED_TRACE(c.describe());
+    const Fp8Data d = test::make_fp8_data(c);
+    const ForwardOutputs automatic = run_fp8_forward_cuda(c, d);
+    const ForwardOutputs caller = run_fp8_forward_cuda(c, d, true);
+    ASSERT_EQ(automatic.o.raw_bytes(), caller.o.raw_bytes());
+    EXPECT_EQ(std::memcmp(automatic.o.raw(), caller.o.raw(), caller.o.raw_bytes()), 0);
+    EXPECT_EQ(std::memcmp(automatic.lse.raw(), caller.lse.raw(), caller.lse.raw_bytes()), 0);
+    EXPECT_EQ(test::count_nan(caller.o), 0);
+  }
 }
 
 TEST(Fp8GpuForward, LongSequenceLseBound) {

@@ -5,8 +5,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "../../families.hpp"
 #include "../../instances.hpp"
+#include "fp8_layout.hpp"
 
 namespace flashpp::cuda::sm90 {
 namespace fp8 {
@@ -14,6 +18,14 @@ namespace fp8 {
 template <typename Out, int kHeadDim>
 void launch_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& args,
                         cudaStream_t stream);
+
+bool fp8_v_transpose_pass() {
+  static const bool pass = [] {
+    const char* env = std::getenv("FLASHPP_FP8_V_TRANSPOSE");
+    return env == nullptr || std::strcmp(env, "kernel") != 0;
+  }();
+  return pass;
+}
 
 namespace {
 
@@ -30,6 +42,13 @@ void launch_for_head_dim(int head_dim, const ForwardParams& params,
 
 }  // namespace
 }  // namespace fp8
+
+// Vt in the workspace: [B][Hkv][Dp][Nk16] bytes (launch.cuh), none with the in-kernel transposition.
+std::size_t forward_fp8_workspace_bytes(const detail::Problem& p) {
+  if (!fp8::fp8_v_transpose_pass() || p.Nk == 0 || p.B == 0 || p.Hq == 0 || p.Nq == 0) return 0;
+  const int padded = Sm90Fp8ForwardHeadDims::round_up(p.D);
+  return static_cast<std::size_t>(p.B * p.Hkv * padded * fp8::vt_keys16(p.Nk));
+}
 
 void run_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& args,
                      cudaStream_t stream) {

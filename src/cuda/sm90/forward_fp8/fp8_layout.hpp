@@ -19,6 +19,10 @@ FLASHPP_HD int swizzled_offset(int row, int column) {
   return row * 128 + Fp8Panel::swizzled_chunk(row, (column >> 4) & 7) * 16 + (column & 15);
 }
 
+// Keys per row of Vt in the workspace (v_transpose.cu): Nk rounded up to whole 16-key groups
+// (the rows then stay 16-byte aligned, as the copy engine requires).
+FLASHPP_HD long long vt_keys16(long long keys) { return (keys + 15) / 16 * 16; }
+
 // The key at k position `position` (0..127) of a key tile in the P V product: within each
 // 16-key group, position 4t + e holds key 2t + (e & 1) + 8 (e >> 1). That is the order in which
 // lane (g, t) holds its scores (keys 2t, 2t + 1 of each 8-key column tile), so its four scores of

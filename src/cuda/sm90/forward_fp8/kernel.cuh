@@ -2,8 +2,10 @@
 // warp specialisation, pingpong consumers, softmax of tile j overlapping P V of tile j-1) with
 // e4m3 wgmma (m64nNk32, twice the bf16 rate) and the three changes 8-bit operands force:
 //
-// 1. V transposed in shared memory. 8-bit wgmma reads both operands K-major only, so the B operand
-//    of O += P V must be V^T (head dim along rows, keys contiguous). Warps 1-3 of the producer
+// 1. V transposed. 8-bit wgmma reads both operands K-major only, so the B operand of O += P V must
+//    be V^T (head dim along rows, keys contiguous). By default a pass before the kernel writes Vt
+//    to the workspace (v_transpose.cu) and warp 0 loads its tiles like K's (kVtPass); otherwise
+//    (FLASHPP_FP8_V_TRANSPOSE=kernel, kept for A/B runs) warps 1-3 of the producer
 //    warpgroup turn each V tile the copy engine delivered ([keys][D], 128-byte swizzled panels)
 //    into Vt ([D][128 keys], 128-byte swizzled) with 4-byte loads, byte permutes and 4-byte
 //    stores, all free of bank conflicts (transpose_step below); warp 0 issues the copies.
@@ -34,10 +36,13 @@
 
 namespace flashpp::cuda::sm90::fp8 {
 
-template <typename Out_, int kHeadDim_, int kStages_>
+template <typename Out_, int kHeadDim_, int kStages_, bool kVtPass_ = false>
 struct Fp8ForwardTraits {
   using Out = Out_;                                  // f16 or bf16 output
   static constexpr int kHeadDim = kHeadDim_;        // 64, 128 or 256
+  // Vt made by the pass before the kernel (v_transpose.cu) and loaded by the copy engine (true),
+  // or transposed here by producer warps 1-3 from the raw V tiles (false).
+  static constexpr bool kVtPass = kVtPass_;
   static constexpr int kConsumers = 2;
   static constexpr int kBlockM = 64 * kConsumers;   // query rows per block
   static constexpr int kBlockN = 128;               // keys per tile: one 128-byte Vt row
@@ -133,12 +138,19 @@ __device__ __forceinline__ void load_tiles(const Sm90ForwardParams& params,
       tma_load_4d(smem.k(stage) + panel * Traits::kKVPanelBytes, &params.k_map, panel * 128, n0,
                   h_kv, b, smem.k_full(stage));
     }
-    wait_buffer_empty(smem.v_empty(stage), Traits::kStages, j);
-    mbarrier_expect_bytes(smem.v_full(stage), Traits::kKVBytes);
+    if constexpr (Traits::kVtPass) {
+      // params.v_map is Vt's: [B, Dp rows, Hkv, Nk16 columns], one box of kHeadDim rows x 128 keys.
+      wait_buffer_empty(smem.vt_empty(stage), Traits::kStages, j);
+      mbarrier_expect_bytes(smem.vt_full(stage), Traits::kVtBytes);
+      tma_load_4d(smem.vt(stage), &params.v_map, n0, 0, h_kv, b, smem.vt_full(stage));
+    } else {
+      wait_buffer_empty(smem.v_empty(stage), Traits::kStages, j);
+      mbarrier_expect_bytes(smem.v_full(stage), Traits::kKVBytes);
 #pragma unroll
-    for (int panel = 0; panel < Traits::kPanels; ++panel) {
-      tma_load_4d(smem.v(stage) + panel * Traits::kKVPanelBytes, &params.v_map, panel * 128, n0,
-                  h_kv, b, smem.v_full(stage));
+      for (int panel = 0; panel < Traits::kPanels; ++panel) {
+        tma_load_4d(smem.v(stage) + panel * Traits::kKVPanelBytes, &params.v_map, panel * 128, n0,
+                    h_kv, b, smem.v_full(stage));
+      }
     }
   }
 }
@@ -448,7 +460,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       ptx::mbarrier_init(smem.v_full(s), 1);
       ptx::mbarrier_init(smem.k_empty(s), 4 * Traits::kConsumers);  // one arrival per warp
       ptx::mbarrier_init(smem.v_empty(s), Traits::kTransposeWarps);
-      ptx::mbarrier_init(smem.vt_full(s), Traits::kTransposeWarps);
+      ptx::mbarrier_init(smem.vt_full(s), Traits::kVtPass ? 1 : Traits::kTransposeWarps);
       ptx::mbarrier_init(smem.vt_empty(s), 4 * Traits::kConsumers);
     }
     ptx::fence_barrier_init();
@@ -462,7 +474,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (!tile.keys.empty()) {
       if (warp == 0) {
         if (threadIdx.x == 0) load_tiles<Traits>(params, smem, tile);
-      } else {
+      } else if constexpr (!Traits::kVtPass) {
         transpose_v_tiles<Traits>(smem, tile, warp - 1);
       }
     }

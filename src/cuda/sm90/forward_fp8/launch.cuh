@@ -1,5 +1,6 @@
-// Launches one instantiation (output dtype x head dim) of the FP8 forward: tensor maps of the
-// e4m3 Q, K and V (128-byte boxes = 128 columns), the grid, the shared-memory opt-in. Each
+// Launches one instantiation (output dtype x head dim) of the FP8 forward: the V transposition pass
+// into the workspace (unless FLASHPP_FP8_V_TRANSPOSE=kernel), tensor maps of the e4m3 Q, K and V
+// or Vt (128-byte boxes = 128 columns), the grid, the shared-memory opt-in. Each
 // instances/fwd_fp8_*.cu instantiates launch_forward_fp8 for one (Out, kHeadDim).
 #pragma once
 
@@ -9,10 +10,12 @@
 
 #include "../../../api/problem.hpp"
 #include "../../common/check_cuda.hpp"
+#include "../../common/poison.cuh"
 #include "../../common/occupancy.hpp"
 #include "../../common/tensor_map.hpp"
 #include "../forward/launch.cuh"
 #include "kernel.cuh"
+#include "v_transpose.hpp"
 
 namespace flashpp::cuda::sm90::fp8 {
 
@@ -21,6 +24,45 @@ namespace flashpp::cuda::sm90::fp8 {
 template <int kHeadDim>
 inline constexpr int kFp8Stages = kHeadDim >= 256 ? 2 : 3;
 
+// True unless FLASHPP_FP8_V_TRANSPOSE=kernel (read once per process, dispatch.cu): V transposed by
+// the pass before the kernel (v_transpose.cu) into the workspace, rather than in the kernel.
+bool fp8_v_transpose_pass();
+
+template <typename Traits>
+void launch_fp8_kernel(const ForwardParams& params, const detail::ForwardArgs& args,
+                       cudaStream_t stream) {
+  const detail::Problem& pr = args.problem;
+  Sm90ForwardParams p{};
+  p.args = params;
+  make_map(&p.q_map, args.q, DType::e4m3, Traits::kBlockM, "q");
+  if (pr.Nk > 0) {
+    make_map(&p.k_map, args.k, DType::e4m3, Traits::kBlockN, "k");
+    make_map(&p.v_map, args.v, DType::e4m3, Traits::kBlockN, "v");  // V's own map checks V too
+    if constexpr (Traits::kVtPass) {
+      auto* vt = static_cast<unsigned char*>(args.workspace.data);
+      if (vt == nullptr || reinterpret_cast<std::uintptr_t>(vt) % 16 != 0) {
+        throw Error(ErrorCode::invalid_argument,
+                    "flashpp::forward: workspace: the CUDA FP8 forward needs 16-byte aligned "
+                    "scratch (flashpp::forward_workspace_size bytes)");
+      }
+      const std::int64_t keys16 = vt_keys16(pr.Nk);
+      // Test builds: every byte 0xFF (an e4m3 NaN) first, so a Vt byte the pass misses shows.
+      poison_device_buffer(vt, static_cast<std::size_t>(pr.B * pr.Hkv * Traits::kHeadDim * keys16),
+                           stream);
+      transpose_v(args, Traits::kHeadDim, vt, stream);
+      // Vt as a [B, N = Dp rows, H = Hkv, D = Nk16 columns] view: boxes of kHeadDim rows x 128 keys.
+      if (!make_row_tile_map(&p.v_map, vt, DType::e4m3, pr.B, Traits::kHeadDim, pr.Hkv, keys16,
+                             pr.Hkv * Traits::kHeadDim * keys16, keys16, Traits::kHeadDim * keys16,
+                             Traits::kHeadDim)) {
+        throw Error(ErrorCode::backend_failure,
+                    "flashpp CUDA backend: the driver refused the tensor map of the FP8 forward's Vt");
+      }
+    }
+  }
+  launch_query_tiles(flash_fwd_fp8_sm90_kernel<Traits>, Traits::kThreads, Traits::kSmemBytes,
+                     Traits::kBlockM, p, pr.B * pr.Hq, stream, "sm90 FP8 forward kernel launch");
+}
+
 template <typename Out, int kHeadDim>
 void launch_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& args,
                         cudaStream_t stream);
@@ -28,17 +70,11 @@ void launch_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& 
 template <typename Out, int kHeadDim>
 void launch_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& args,
                         cudaStream_t stream) {
-  using Traits = Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim>>;
-  Sm90ForwardParams p{};
-  p.args = params;
-  make_map(&p.q_map, args.q, DType::e4m3, Traits::kBlockM, "q");
-  if (args.problem.Nk > 0) {
-    make_map(&p.k_map, args.k, DType::e4m3, Traits::kBlockN, "k");
-    make_map(&p.v_map, args.v, DType::e4m3, Traits::kBlockN, "v");
+  if (fp8_v_transpose_pass()) {
+    launch_fp8_kernel<Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim>, true>>(params, args, stream);
+  } else {
+    launch_fp8_kernel<Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim>, false>>(params, args, stream);
   }
-  launch_query_tiles(flash_fwd_fp8_sm90_kernel<Traits>, Traits::kThreads, Traits::kSmemBytes,
-                     Traits::kBlockM, p, args.problem.B * args.problem.Hq, stream,
-                     "sm90 FP8 forward kernel launch");
 }
 
 }  // namespace flashpp::cuda::sm90::fp8

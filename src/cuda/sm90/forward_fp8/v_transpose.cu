@@ -1,0 +1,84 @@
+// The FP8 forward's V transposition pass (v_transpose.hpp): one kernel, compiled once.
+#include "v_transpose.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "../../common/check_cuda.hpp"
+#include "fp8_layout.hpp"
+
+namespace flashpp::cuda::sm90::fp8 {
+namespace {
+
+struct VTransposeParams {
+  const unsigned char* v;  // [B, Nk, Hkv, D] e4m3, D contiguous
+  std::int64_t v_batch_stride, v_row_stride, v_head_stride;  // elements (bytes)
+  unsigned char* vt;       // [B][Hkv][Dp][Nk16]
+  int keys, keys16, head_dim, padded_head_dim, kv_heads, batch_heads;
+};
+
+// One block: 128 keys (a tile) x 32 head-dim rows of one (batch, kv head) at a time (blockIdx.z,
+// then every gridDim.z-th: the grid's z extent stops at 65535); 256 threads.
+// Load: V's 128 rows x 32 bytes, 4-byte loads, into shared memory. Store: 32 rows of Vt x 128
+// positions, 4 positions (4 bytes) a thread and step, gathered through key_at_position.
+constexpr int kVtTileKeys = 128, kVtTileRows = 32, kVtThreads = 256;
+
+__global__ void __launch_bounds__(kVtThreads) fp8_v_transpose_kernel(const VTransposeParams p) {
+  __shared__ unsigned char tile[kVtTileKeys][kVtTileRows + 4];  // +4: fewer bank conflicts
+  const int key0 = blockIdx.x * kVtTileKeys;
+  const int d0 = blockIdx.y * kVtTileRows;
+  for (int bh = blockIdx.z; bh < p.batch_heads; bh += gridDim.z) {  // b * kv_heads + h
+    const int b = bh / p.kv_heads, h = bh % p.kv_heads;
+    const unsigned char* v = p.v + b * p.v_batch_stride + h * p.v_head_stride;
+    __syncthreads();  // the previous (batch, head)'s stores have read the tile
+    for (int i = threadIdx.x; i < kVtTileKeys * (kVtTileRows / 4); i += kVtThreads) {
+      const int k = i / (kVtTileRows / 4), c = (i % (kVtTileRows / 4)) * 4;
+      const int key = key0 + k, d = d0 + c;
+      std::uint32_t w = 0;
+      // D is a multiple of 16 (the CUDA FP8 path's rule) and rows are 16-byte aligned (the copy
+      // engine's rule, checked on V's map), so a 4-byte group is wholly inside or outside [0, D).
+      if (key < p.keys && d < p.head_dim) {
+        w = *reinterpret_cast<const std::uint32_t*>(v + key * p.v_row_stride + d);
+      }
+      *reinterpret_cast<std::uint32_t*>(&tile[k][c]) = w;
+    }
+    __syncthreads();
+    unsigned char* vt = p.vt + (static_cast<std::int64_t>(bh) * p.padded_head_dim + d0) * p.keys16;
+    for (int i = threadIdx.x; i < kVtTileRows * (kVtTileKeys / 4); i += kVtThreads) {
+      const int r = i / (kVtTileKeys / 4), pos = (i % (kVtTileKeys / 4)) * 4;
+      if (key0 + pos >= p.keys16) continue;  // past the last 16-key group: no such position
+      std::uint32_t w = 0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        w |= static_cast<std::uint32_t>(tile[key_at_position(pos + e)][r]) << (8 * e);
+      }
+      *reinterpret_cast<std::uint32_t*>(vt + static_cast<std::int64_t>(r) * p.keys16 + key0 + pos) = w;
+    }
+  }
+}
+
+}  // namespace
+
+void transpose_v(const detail::ForwardArgs& args, int padded_head_dim, unsigned char* vt,
+                 cudaStream_t stream) {
+  const detail::Problem& pr = args.problem;
+  VTransposeParams t{};
+  t.v = static_cast<const unsigned char*>(args.v.data);
+  t.v_batch_stride = args.v.strides[0];
+  t.v_row_stride = args.v.strides[1];
+  t.v_head_stride = args.v.strides[2];
+  t.vt = vt;
+  t.keys = static_cast<int>(pr.Nk);
+  t.keys16 = static_cast<int>(vt_keys16(pr.Nk));
+  t.head_dim = static_cast<int>(pr.D);
+  t.padded_head_dim = padded_head_dim;
+  t.kv_heads = static_cast<int>(pr.Hkv);
+  t.batch_heads = static_cast<int>(pr.B * pr.Hkv);
+  const dim3 grid(static_cast<unsigned>((t.keys16 + kVtTileKeys - 1) / kVtTileKeys),
+                  static_cast<unsigned>(padded_head_dim / kVtTileRows),
+                  static_cast<unsigned>(std::min(t.batch_heads, 65535)));
+  fp8_v_transpose_kernel<<<grid, kVtThreads, 0, stream>>>(t);
+  check_cuda(cudaGetLastError(), "sm90 FP8 V transposition launch");
+}
+
+}  // namespace flashpp::cuda::sm90::fp8
