@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "../../common/check_cuda.hpp"
+#include "fp8_fragments.cuh"
 #include "fp8_layout.hpp"
 
 namespace flashpp::cuda::sm90::fp8 {
@@ -19,40 +20,47 @@ struct VTransposeParams {
 
 // One block: 128 keys (a tile) x 32 head-dim rows of one (batch, kv head) at a time (blockIdx.z,
 // then every gridDim.z-th: the grid's z extent stops at 65535); 256 threads.
-// Load: V's 128 rows x 32 bytes, 4-byte loads, into shared memory. Store: 32 rows of Vt x 128
-// positions, 4 positions (4 bytes) a thread and step, gathered through key_at_position.
-constexpr int kVtTileKeys = 128, kVtTileRows = 32, kVtThreads = 256;
+// Load: V's 128 rows x 32 bytes, one 16-byte load a thread, into shared memory (rows 36 bytes
+// apart: at most 2-way bank conflicts below). Transpose: thread (c, l) takes the four keys of
+// positions 4l .. 4l + 3 (16G + 2t + {0, 1, 8, 9}: key_at_position) at head-dim columns
+// 4c .. 4c + 3, turns the 4 x 4 bytes around with byte permutes (transpose_4x4_bytes) and
+// writes one 4-byte word to each of the four Vt rows: a warp writes 128 contiguous bytes a row.
+constexpr int kVtTileKeys = 128, kVtTileRows = 32, kVtThreads = 256, kVtTileStride = kVtTileRows + 4;
 
 __global__ void __launch_bounds__(kVtThreads) fp8_v_transpose_kernel(const VTransposeParams p) {
-  __shared__ unsigned char tile[kVtTileKeys][kVtTileRows + 4];  // +4: fewer bank conflicts
+  __shared__ __align__(16) unsigned char tile[kVtTileKeys * kVtTileStride];
   const int key0 = blockIdx.x * kVtTileKeys;
   const int d0 = blockIdx.y * kVtTileRows;
+  const int lane = threadIdx.x % 32, c = threadIdx.x / 32;  // positions 4 lane.., columns 4c..
   for (int bh = blockIdx.z; bh < p.batch_heads; bh += gridDim.z) {  // b * kv_heads + h
     const int b = bh / p.kv_heads, h = bh % p.kv_heads;
     const unsigned char* v = p.v + b * p.v_batch_stride + h * p.v_head_stride;
-    __syncthreads();  // the previous (batch, head)'s stores have read the tile
-    for (int i = threadIdx.x; i < kVtTileKeys * (kVtTileRows / 4); i += kVtThreads) {
-      const int k = i / (kVtTileRows / 4), c = (i % (kVtTileRows / 4)) * 4;
-      const int key = key0 + k, d = d0 + c;
-      std::uint32_t w = 0;
+    __syncthreads();  // the previous (batch, head)'s transposition has read the tile
+    {
+      const int k = threadIdx.x / 2, half = threadIdx.x % 2;
+      const int key = key0 + k, d = d0 + 16 * half;
       // D is a multiple of 16 (the CUDA FP8 path's rule) and rows are 16-byte aligned (the copy
-      // engine's rule, checked on V's map), so a 4-byte group is wholly inside or outside [0, D).
-      if (key < p.keys && d < p.head_dim) {
-        w = *reinterpret_cast<const std::uint32_t*>(v + key * p.v_row_stride + d);
-      }
-      *reinterpret_cast<std::uint32_t*>(&tile[k][c]) = w;
+      // engine's rule, checked on V's map): a 16-byte group is wholly inside or outside [0, D).
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (key < p.keys && d < p.head_dim) x = *reinterpret_cast<const uint4*>(v + key * p.v_row_stride + d);
+      auto* row = reinterpret_cast<std::uint32_t*>(tile + k * kVtTileStride + 16 * half);
+      row[0] = x.x;
+      row[1] = x.y;
+      row[2] = x.z;
+      row[3] = x.w;
     }
     __syncthreads();
-    unsigned char* vt = p.vt + (static_cast<std::int64_t>(bh) * p.padded_head_dim + d0) * p.keys16;
-    for (int i = threadIdx.x; i < kVtTileRows * (kVtTileKeys / 4); i += kVtThreads) {
-      const int r = i / (kVtTileKeys / 4), pos = (i % (kVtTileKeys / 4)) * 4;
-      if (key0 + pos >= p.keys16) continue;  // past the last 16-key group: no such position
-      std::uint32_t w = 0;
+    const int pos = 4 * lane;
+    if (key0 + pos < p.keys16) {  // else past the last 16-key group: no such position
+      std::uint32_t w[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        w |= static_cast<std::uint32_t>(tile[key_at_position(pos + e)][r]) << (8 * e);
+        w[e] = *reinterpret_cast<const std::uint32_t*>(tile + key_at_position(pos + e) * kVtTileStride + 4 * c);
       }
-      *reinterpret_cast<std::uint32_t*>(vt + static_cast<std::int64_t>(r) * p.keys16 + key0 + pos) = w;
+      transpose_4x4_bytes(w);  // w[e]: column 4c + e, the four keys in position order
+      unsigned char* vt = p.vt + (static_cast<std::int64_t>(bh) * p.padded_head_dim + d0 + 4 * c) * p.keys16 + key0 + pos;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) *reinterpret_cast<std::uint32_t*>(vt + static_cast<std::int64_t>(e) * p.keys16) = w[e];
     }
   }
 }
