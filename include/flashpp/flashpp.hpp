@@ -160,6 +160,8 @@ struct Workspace {
 // ---------------------------------------------------------------------------------------------
 // `stream` is a cudaStream_t for CUDA tensors (nullptr = the default stream), ignored on CPU.
 
+// Bytes of scratch forward() needs on the tensors' device (now: the CUDA FP8 forward's V
+// transposed, as large as V; 0 for everything else). forward() allocates it when given none.
 std::size_t forward_workspace_size(const TensorView& q, const TensorView& k, const TensorView& v,
                                    const Options& options = {});
 
