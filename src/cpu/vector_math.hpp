@@ -18,6 +18,13 @@ namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE {
 inline constexpr float kLog2e = 1.44269504088896341f;  // log2(e): natural units to base 2
 inline constexpr float kLn2 = 0.693147180559945309f;
 
+// 2^f = e^(f ln 2) on [-1/2, 1/2] by its degree-6 Taylor polynomial, coefficients ln2^k / k!
+// from the highest (exp2_ps, Horner's rule).
+inline constexpr int kExp2PolyTerms = 7;
+inline constexpr float kExp2Poly[kExp2PolyTerms] = {
+    1.5403530393381608e-4f, 1.3333558146428443e-3f, 9.6181291076284772e-3f, 5.5504108664821580e-2f,
+    2.4022650695910071e-1f, 6.9314718055994531e-1f, 1.0f};
+
 inline float exp_scalar(float x) { return x < -87.0f ? 0.0f : std::exp(x); }
 inline float exp2_scalar(float y) { return y < -126.0f ? 0.0f : std::exp2(y); }
 inline float tanh_scalar(float x) { return std::tanh(x); }
@@ -57,13 +64,8 @@ inline __m512 exp2_ps(__m512 y) {
   const __mmask16 normal = _mm512_cmp_ps_mask(y, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
   const __m512 n = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(y, n);
-  __m512 p = _mm512_set1_ps(1.5403530393381608e-4f);  // ln2^6 / 6!
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  __m512 p = _mm512_set1_ps(kExp2Poly[0]);
+  for (int i = 1; i < kExp2PolyTerms; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2Poly[i]));
   return _mm512_maskz_scalef_ps(normal, p, n);
 }
 
@@ -118,13 +120,8 @@ inline __m256 exp2_ps(__m256 y) {
   const __m256 normal = _mm256_cmp_ps(y, _mm256_set1_ps(-126.0f), _CMP_GE_OQ);
   const __m256 n = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(y, n);
-  __m256 p = _mm256_set1_ps(1.5403530393381608e-4f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-2f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  __m256 p = _mm256_set1_ps(kExp2Poly[0]);
+  for (int i = 1; i < kExp2PolyTerms; ++i) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2Poly[i]));
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_and_ps(normal, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
 }

@@ -110,6 +110,20 @@ class StreamScratch {
   cudaStream_t stream_;
 };
 
+// run(args), with `bytes` of StreamScratch as the workspace when the caller passed none.
+template <typename Args, typename Run>
+void run_with_scratch(const Args& args, std::size_t bytes, Run run) {
+  if (bytes == 0 || args.workspace.data != nullptr) {
+    run(args);
+    return;
+  }
+  StreamScratch scratch(bytes, static_cast<cudaStream_t>(args.stream));
+  Args with_scratch = args;
+  with_scratch.workspace.data = scratch.data();
+  with_scratch.workspace.bytes = bytes;
+  run(with_scratch);
+}
+
 // The number of visible devices, asked of the runtime until it reports some and then
 // remembered (it cannot change within a process: CUDA_VISIBLE_DEVICES is read at
 // initialisation); unsupported_reason asks on every call.
@@ -181,16 +195,7 @@ void forward(const detail::ForwardArgs& args) {
   const std::string reason = forward_layout_unsupported_reason(args);
   if (!reason.empty()) throw Error(ErrorCode::unsupported, "flashpp::forward: " + reason);
   DeviceGuard guard(args.problem.device.index);
-  const std::size_t bytes = forward_workspace_size(args.problem);
-  if (bytes == 0 || args.workspace.data != nullptr) {
-    run_forward(args);
-    return;
-  }
-  StreamScratch scratch(bytes, static_cast<cudaStream_t>(args.stream));
-  detail::ForwardArgs with_scratch = args;
-  with_scratch.workspace.data = scratch.data();
-  with_scratch.workspace.bytes = bytes;
-  run_forward(with_scratch);
+  run_with_scratch(args, forward_workspace_size(args.problem), run_forward);
 }
 
 std::string kvcache_unsupported_reason(const detail::KvCacheArgs& args) {
@@ -204,16 +209,7 @@ std::size_t kvcache_workspace_size(const detail::KvCacheArgs& args) {
 
 void forward_kvcache(const detail::KvCacheArgs& args) {
   DeviceGuard guard(args.problem.device.index);
-  const std::size_t bytes = decode_workspace_bytes(args);
-  if (bytes == 0 || args.workspace.data != nullptr) {
-    run_decode(args);
-    return;
-  }
-  StreamScratch scratch(bytes, static_cast<cudaStream_t>(args.stream));
-  detail::KvCacheArgs with_scratch = args;
-  with_scratch.workspace.data = scratch.data();
-  with_scratch.workspace.bytes = bytes;
-  run_decode(with_scratch);
+  run_with_scratch(args, decode_workspace_bytes(args), run_decode);
 }
 
 namespace {
