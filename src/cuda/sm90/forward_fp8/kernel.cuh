@@ -36,6 +36,10 @@
 
 namespace flashpp::cuda::sm90::fp8 {
 
+#ifndef FLASHPP_FP8_COMPACT_SMEM
+#define FLASHPP_FP8_COMPACT_SMEM 0
+#endif
+
 template <typename Out_, int kHeadDim_, int kStages_, bool kVtPass_ = false>
 struct Fp8ForwardTraits {
   using Out = Out_;                                  // f16 or bf16 output
@@ -63,9 +67,13 @@ struct Fp8ForwardTraits {
   static constexpr int kQBytes = kQPanelBytes * kPanels;
   static constexpr int kKVBytes = kKVPanelBytes * kPanels;  // a K or a raw V tile
   static constexpr int kVtBytes = kHeadDim * 128;          // [kHeadDim][128 keys]
+  // Raw V tiles per stage: none with the pass when FLASHPP_FP8_COMPACT_SMEM=1 (a compile
+  // definition, default 0: not yet run on a GPU; launch.cuh then gives D = 256 a third stage).
+  static constexpr int kRawVStages = kVtPass && FLASHPP_FP8_COMPACT_SMEM != 0 ? 0 : kStages;
   // Q full; per stage: K full/empty, V full/empty (raw V), Vt full/empty.
   static constexpr int kBarriers = 1 + 6 * kStages;
-  static constexpr int kSmemBytes = kQBytes + kStages * (2 * kKVBytes + kVtBytes) + 8 * kBarriers;
+  static constexpr int kSmemBytes =
+      kQBytes + (kStages + kRawVStages) * kKVBytes + kStages * kVtBytes + 8 * kBarriers;
 
   static constexpr int kTransposeWarps = 3;  // warps 1..3 of the producer warpgroup
   // Registers per thread after the reallocation (producer x 128 + consumer x 256 <= 64K): the
@@ -96,11 +104,11 @@ struct Fp8SharedStorage {
     return base + Traits::kQBytes + (Traits::kStages + stage) * Traits::kKVBytes;
   }
   __device__ unsigned char* vt(int stage) const {
-    return base + Traits::kQBytes + 2 * Traits::kStages * Traits::kKVBytes + stage * Traits::kVtBytes;
+    return base + Traits::kQBytes + (Traits::kStages + Traits::kRawVStages) * Traits::kKVBytes +
+           stage * Traits::kVtBytes;
   }
   __device__ std::uint64_t* barriers() const {
-    return reinterpret_cast<std::uint64_t*>(base + Traits::kQBytes +
-                                            Traits::kStages * (2 * Traits::kKVBytes + Traits::kVtBytes));
+    return reinterpret_cast<std::uint64_t*>(vt(Traits::kStages));
   }
   __device__ std::uint64_t* q_full() const { return barriers(); }
   __device__ std::uint64_t* k_full(int s) const { return barriers() + 1 + s; }

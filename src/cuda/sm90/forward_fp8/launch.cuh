@@ -20,9 +20,10 @@
 namespace flashpp::cuda::sm90::fp8 {
 
 // Pipeline depth per head dim: D = 256 fills 224 KB with two stages (Q 32 KB; K, raw V and Vt
-// 32 KB each per stage); smaller heads take three.
-template <int kHeadDim>
-inline constexpr int kFp8Stages = kHeadDim >= 256 ? 2 : 3;
+// 32 KB each per stage); smaller heads take three. Without the raw V tiles (the pass and
+// FLASHPP_FP8_COMPACT_SMEM=1, kernel.cuh) D = 256 takes three as well (Q 32 KB + 3 x 64 KB).
+template <int kHeadDim, bool kVtPass>
+inline constexpr int kFp8Stages = kHeadDim < 256 || (kVtPass && FLASHPP_FP8_COMPACT_SMEM != 0) ? 3 : 2;
 
 // True unless FLASHPP_FP8_V_TRANSPOSE=kernel (read once per process, dispatch.cu): V transposed by
 // the pass before the kernel (v_transpose.cu) into the workspace, rather than in the kernel.
@@ -71,9 +72,9 @@ template <typename Out, int kHeadDim>
 void launch_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& args,
                         cudaStream_t stream) {
   if (fp8_v_transpose_pass()) {
-    launch_fp8_kernel<Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim>, true>>(params, args, stream);
+    launch_fp8_kernel<Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim, true>, true>>(params, args, stream);
   } else {
-    launch_fp8_kernel<Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim>, false>>(params, args, stream);
+    launch_fp8_kernel<Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim, false>, false>>(params, args, stream);
   }
 }
 
