@@ -151,6 +151,19 @@ inline void load_tile_rows(const TensorView& t, std::int64_t b, std::int64_t n0,
   for (std::int64_t r = rows; r < padded_rows; ++r) std::memset(dst + r * ld, 0, D * sizeof(float));
 }
 
+// Rows n0 .. n0+rows-1 of head h of batch b as float32 rows D apart, for a tile product to read:
+// where they already are when the view is float32 with rows D apart (e.g. [B, H, N, D] storage),
+// else copied (and converted) into `scratch` (ld D) by load_tile_rows (the float32 kernels'
+// products; in place: +0..+3% forward, +1..+2% backward at 2 threads on the development VM).
+inline const float* tile_rows_f32(const TensorView& t, std::int64_t b, std::int64_t n0,
+                                  std::int64_t rows, std::int64_t h, std::int64_t D, float* scratch) {
+  if (t.dtype == DType::f32 && t.strides[3] == 1 && (t.strides[1] == D || rows <= 1)) {
+    return static_cast<const float*>(element_ptr(t, detail::offset4(t, b, n0, h, 0)));
+  }
+  load_tile_rows(t, b, n0, rows, h, D, scratch, D, rows);
+  return scratch;
+}
+
 // The same rows, transposed: dst[d * ld + r]. Columns rows .. padded_rows-1 are zeroed.
 // `row_buffer` holds D floats. Used only for tiles that stay fixed over a whole inner loop, so
 // the scalar scatter is paid once per tile, not once per tile product.

@@ -59,8 +59,8 @@ void backward_query_tile_pairs(const detail::BackwardArgs& a, const float* d_row
   load_tile_transposed(a.q, b, i0, q_rows, h, D, w.q_t.get(), ld, q_cols, w.row.get(),
                        p.scale * kLog2e);  // S in base-2 units (probabilities_row)
   load_tile_transposed(a.dout, b, i0, q_rows, h, D, w.dout_t.get(), ld, q_cols, w.row.get());
-  load_tile_rows(a.q, b, i0, q_rows, h, D, w.q.get(), D, q_rows);
-  load_tile_rows(a.dout, b, i0, q_rows, h, D, w.dout.get(), D, q_rows);
+  const float* q = tile_rows_f32(a.q, b, i0, q_rows, h, D, w.q.get());
+  const float* dout = tile_rows_f32(a.dout, b, i0, q_rows, h, D, w.dout.get());
   load_lse(a, b, h, i0, q_rows, q_cols, w.lse.get());
   load_output_dot(d_rows, p, b, h, i0, q_rows, q_cols, w.d_rows.get());
   std::fill(w.dq.get(), w.dq.get() + q_rows * D, 0.0f);
@@ -73,28 +73,25 @@ void backward_query_tile_pairs(const detail::BackwardArgs& a, const float* d_row
     const std::int64_t j1 = std::min(j0 + kKeyTile, p.Nk);
     if (masked && p.mask.tile_fully_hidden(i0, i0 + q_rows, j0, j1)) continue;
     const std::int64_t kv_rows = j1 - j0;
-    load_tile_rows(a.k, b, j0, kv_rows, hk, D, w.k.get(), D, kv_rows);
-    load_tile_rows(a.v, b, j0, kv_rows, hk, D, w.v.get(), D, kv_rows);
+    const float* k = tile_rows_f32(a.k, b, j0, kv_rows, hk, D, w.k.get());
+    const float* v = tile_rows_f32(a.v, b, j0, kv_rows, hk, D, w.v.get());
 
-    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, w.k.get(), D, w.q_t.get(), ld, t.s, ld,
-                                  false);
+    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, k, D, w.q_t.get(), ld, t.s, ld, false);
     if (p.softcap > 0.0f) apply_softcap(t.s, ld, kv_rows, q_cols, p.softcap * kLog2e);
     if (masked && !p.mask.tile_fully_visible(i0, i0 + q_rows, j0, j1)) {
       apply_tile_mask_key_major(t.s, ld, kv_rows, q_cols, i0, j0, p.mask);
     }
-    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, w.v.get(), D, w.dout_t.get(), ld, t.dp, ld,
-                                  false);
+    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, v, D, w.dout_t.get(), ld, t.dp, ld, false);
     if (dropout) dropout_factors_key_major(t.z, ld, kv_rows, q_rows, i0, j0, bh, p.dropout);
     probabilities_and_score_gradient(p, t, ld, kv_rows, q_cols, false, w.lse.get(),
                                      w.d_rows.get());
 
     // dQ[r][:] += sum_c dS^T[c][r] K[c][:]           (scale applied on store)
-    tile_gemm<ALayout::col_major>(q_rows, D, kv_rows, t.dp, ld, w.k.get(), D, w.dq.get(), D, true);
+    tile_gemm<ALayout::col_major>(q_rows, D, kv_rows, t.dp, ld, k, D, w.dq.get(), D, true);
     // dV[c][:] += sum_r P~^T[c][r] dO[r][:];  dK[c][:] += sum_r dS^T[c][r] Q[r][:]
-    tile_gemm<ALayout::row_major>(kv_rows, D, q_rows, p_tilde, ld, w.dout.get(), D,
-                                  w.dv.get() + j0 * D, D, true);
-    tile_gemm<ALayout::row_major>(kv_rows, D, q_rows, t.dp, ld, w.q.get(), D,
-                                  w.dk.get() + j0 * D, D, true);
+    tile_gemm<ALayout::row_major>(kv_rows, D, q_rows, p_tilde, ld, dout, D, w.dv.get() + j0 * D, D,
+                                  true);
+    tile_gemm<ALayout::row_major>(kv_rows, D, q_rows, t.dp, ld, q, D, w.dk.get() + j0 * D, D, true);
   }
   store_tile_rows(w.dq.get(), D, a.dq, b, i0, q_rows, h, D, p.scale);
 }

@@ -83,12 +83,10 @@ void backward_key_tile(const detail::BackwardArgs& a, const float* d_rows, std::
     for (std::int64_t i0 = 0; i0 < p.Nq; i0 += kBwdQueryTile) {
       const std::int64_t q_rows = std::min(kBwdQueryTile, p.Nq - i0);
       if (masked && p.mask.tile_fully_hidden(i0, i0 + q_rows, j0, j0 + kv_rows)) continue;
-      // Contiguous float32 copies even for f32 input (rows of the caller's layout may lie a
-      // page apart; each is read by many micro-kernel blocks).
-      load_tile_rows(a.q, b, i0, q_rows, h, D, w.q.get(), D, q_rows);
-      load_tile_rows(a.dout, b, i0, q_rows, h, D, w.dout.get(), D, q_rows);
-      const float* q = w.q.get();
-      const float* dout = w.dout.get();
+      // Contiguous float32 rows: in place where they are, else copies (rows of the caller's
+      // layout may lie a page apart; each is read by many micro-kernel blocks).
+      const float* q = tile_rows_f32(a.q, b, i0, q_rows, h, D, w.q.get());
+      const float* dout = tile_rows_f32(a.dout, b, i0, q_rows, h, D, w.dout.get());
       load_lse(a, b, h, i0, q_rows, q_rows, w.lse.get());
       load_output_dot(d_rows, p, b, h, i0, q_rows, q_rows, w.d_rows.get());
 
@@ -156,10 +154,8 @@ void backward_query_tile(const detail::BackwardArgs& a, const float* d_rows, std
     const std::int64_t j1 = std::min(j0 + kKeyTile, p.Nk);
     if (masked && p.mask.tile_fully_hidden(i0, i0 + q_rows, j0, j1)) continue;
     const std::int64_t kv_rows = j1 - j0;
-    load_tile_rows(a.k, b, j0, kv_rows, hk, D, w.k.get(), D, kv_rows);
-    load_tile_rows(a.v, b, j0, kv_rows, hk, D, w.v.get(), D, kv_rows);
-    const float* k = w.k.get();
-    const float* v = w.v.get();
+    const float* k = tile_rows_f32(a.k, b, j0, kv_rows, hk, D, w.k.get());
+    const float* v = tile_rows_f32(a.v, b, j0, kv_rows, hk, D, w.v.get());
 
     // S^T = K (scale Q)^T (then softcap, mask), dP^T = V dO^T: key-major, queries along lanes.
     tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, k, D, w.q_t.get(), ld, t.s, ld, false);

@@ -95,12 +95,11 @@ void forward_query_tile(const detail::ForwardArgs& a, std::int64_t b, std::int64
     const std::int64_t j1 = std::min(j0 + kKeyTile, p.Nk);
     if (masked && p.mask.tile_fully_hidden(i0, i0 + q_rows, j0, j1)) continue;
     const std::int64_t kv_rows = j1 - j0;
-    // K_j, V_j are copied (and converted) into contiguous tiles even for f32: the caller's rows
-    // may lie a page apart ([B, N, H, D] layout), and both products walk them many times.
-    load_tile_rows(a.k, b, j0, kv_rows, hk, D, s.k.get(), D, kv_rows);
-    load_tile_rows(a.v, b, j0, kv_rows, hk, D, s.v.get(), D, kv_rows);
-    const float* k = s.k.get();
-    const float* v = s.v.get();
+    // K_j, V_j as contiguous float32 rows: read in place when they are ([B, H, N, D] float32),
+    // else copied (and converted): the caller's rows may lie a page apart ([B, N, H, D] layout),
+    // and both products walk them many times.
+    const float* k = tile_rows_f32(a.k, b, j0, kv_rows, hk, D, s.k.get());
+    const float* v = tile_rows_f32(a.v, b, j0, kv_rows, hk, D, s.v.get());
 
     float* st = s.s_t.get();
     tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, k, D, s.q_t.get(), kQueryLd, st,
