@@ -36,6 +36,7 @@
 #include "../tile_scratch.hpp"
 #include "../tile_softmax.hpp"
 #include "../backward_steps.hpp"
+#include "../key_major_pair.hpp"
 
 namespace flashpp::cpu::FLASHPP_CPU_KERNEL_NAMESPACE {
 namespace {
@@ -147,7 +148,6 @@ void backward_query_tile(const detail::BackwardArgs& a, const float* d_rows, std
   std::fill(w.dq.get(), w.dq.get() + q_rows * D, 0.0f);
 
   const bool masked = p.mask.active();
-  const bool dropout = p.dropout.enabled();
   // P~ is only needed for dV, which pass 1 computes: no p_drop here.
   PairTiles t{w.s.get(), w.p.get(), nullptr, w.dp.get(), w.z.get()};
   for (std::int64_t j0 = 0; j0 < p.Nk; j0 += kKeyTile) {
@@ -156,18 +156,9 @@ void backward_query_tile(const detail::BackwardArgs& a, const float* d_rows, std
     const std::int64_t kv_rows = j1 - j0;
     const float* k = tile_rows_f32(a.k, b, j0, kv_rows, hk, D, w.k.get());
     const float* v = tile_rows_f32(a.v, b, j0, kv_rows, hk, D, w.v.get());
-
-    // S^T = K (scale Q)^T (then softcap, mask), dP^T = V dO^T: key-major, queries along lanes.
-    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, k, D, w.q_t.get(), ld, t.s, ld, false);
-    if (p.softcap > 0.0f) apply_softcap(t.s, ld, kv_rows, q_cols, p.softcap * kLog2e);
-    if (masked && !p.mask.tile_fully_visible(i0, i0 + q_rows, j0, j1)) {
-      apply_tile_mask_key_major(t.s, ld, kv_rows, q_cols, i0, j0, p.mask);
-    }
-    tile_gemm<ALayout::row_major>(kv_rows, q_cols, D, v, D, w.dout_t.get(), ld, t.dp, ld,
-                                  false);
-    if (dropout) dropout_factors_key_major(t.z, ld, kv_rows, q_rows, i0, j0, bh, p.dropout);
-    probabilities_and_score_gradient(p, t, ld, kv_rows, q_cols, false, w.lse.get(),
-                                     w.d_rows.get());
+    // S^T = K (c Q)^T (then softcap, mask), dP^T = V dO^T: key-major, queries along lanes.
+    key_major_score_gradients(p, t, ld, k, v, kv_rows, w.q_t.get(), w.dout_t.get(), q_rows, q_cols,
+                              i0, j0, bh, w.lse.get(), w.d_rows.get());
 
     // dQ[r][:] += sum_c dS^T[c][r] K[c][:]  (scale later)
     tile_gemm<ALayout::col_major>(q_rows, D, kv_rows, t.dp, ld, k, D, w.dq.get(), D, true);
