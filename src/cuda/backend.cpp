@@ -3,8 +3,10 @@
 // live behind forward.hpp and backward.hpp, in the family folders (src/cuda/sm80/, src/cuda/sm90/).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -42,13 +44,24 @@ class DeviceGuard {
 };
 
 // flashpp's own stream-ordered memory pool of `device`, created on first use: it keeps up to
-// kPoolKeepBytes of freed scratch mapped across synchronisations. The device's default pool
+// 1 GiB of freed scratch mapped across synchronisations. The device's default pool
 // releases everything at each synchronisation (release threshold 0), so a caller that
 // synchronises between calls paid a fresh mapping of the scratch on every call (FP8 forward,
 // session 16: about 100 us for 32 MiB, 5-20% of a call at N = 4096). A private pool leaves the
 // default pool's settings, which the caller or torch may rely on, untouched. nullptr when the
-// device or driver has no pools (the default pool is used then).
-constexpr std::uint64_t kPoolKeepBytes = std::uint64_t{1} << 30;
+// device or driver has no pools, or FLASHPP_CUDA_POOL_KEEP_MB=0 (the default pool is used then).
+// FLASHPP_CUDA_POOL_KEEP_MB=n keeps up to n MiB instead of 1024 (read once per process): memory
+// the pool keeps is outside the caller's allocator (torch's statistics do not see it).
+std::uint64_t pool_keep_bytes() {
+  static const std::uint64_t keep = [] {
+    const char* env = std::getenv("FLASHPP_CUDA_POOL_KEEP_MB");
+    char* end = nullptr;
+    const unsigned long long mb = env != nullptr ? std::strtoull(env, &end, 10) : 1024ull;
+    const unsigned long long chosen = env != nullptr && (end == env || *end != '\0') ? 1024ull : mb;
+    return std::min(chosen, 1ull << 40) << 20;
+  }();
+  return keep;
+}
 
 cudaMemPool_t scratch_pool(int device) {
   static std::mutex mutex;
@@ -64,9 +77,10 @@ cudaMemPool_t scratch_pool(int device) {
     props.location.type = cudaMemLocationTypeDevice;
     props.location.id = device;
     cudaMemPool_t pool = nullptr;
-    if (cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device) == cudaSuccess &&
+    if (pool_keep_bytes() > 0 &&
+        cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device) == cudaSuccess &&
         supported != 0 && cudaMemPoolCreate(&pool, &props) == cudaSuccess) {
-      std::uint64_t keep = kPoolKeepBytes;
+      std::uint64_t keep = pool_keep_bytes();
       cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
       pools[device] = pool;
     } else {
