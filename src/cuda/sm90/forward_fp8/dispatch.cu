@@ -46,8 +46,8 @@ void launch_for_head_dim(int head_dim, const ForwardParams& params,
 // Vt in the workspace: [B][Hkv][Dp][Nk16] bytes (launch.cuh), none with the in-kernel transposition.
 std::size_t forward_fp8_workspace_bytes(const detail::Problem& p) {
   if (!fp8::fp8_v_transpose_pass() || p.Nk == 0 || p.B == 0 || p.Hq == 0 || p.Nq == 0) return 0;
-  const int padded = Sm90Fp8ForwardHeadDims::round_up(p.D);
-  return static_cast<std::size_t>(p.B * p.Hkv * padded * fp8::vt_keys16(p.Nk));
+  return static_cast<std::size_t>(
+      fp8::vt_bytes(p.B, p.Hkv, Sm90Fp8ForwardHeadDims::round_up(p.D), p.Nk));
 }
 
 void run_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& args,

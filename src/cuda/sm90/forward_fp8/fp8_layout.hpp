@@ -22,6 +22,11 @@ FLASHPP_HD int swizzled_offset(int row, int column) {
 // Keys per row of Vt in the workspace (v_transpose.cu): Nk rounded up to whole 16-key groups
 // (the rows then stay 16-byte aligned, as the copy engine requires).
 FLASHPP_HD long long vt_keys16(long long keys) { return (keys + 15) / 16 * 16; }
+// Bytes of Vt in the workspace: [batch][kv_heads][padded_head_dim][vt_keys16(keys)].
+FLASHPP_HD long long vt_bytes(long long batch, long long kv_heads, long long padded_head_dim,
+                              long long keys) {
+  return batch * kv_heads * padded_head_dim * vt_keys16(keys);
+}
 
 // The key at k position `position` (0..127) of a key tile in the P V product: within each
 // 16-key group, position 4t + e holds key 2t + (e & 1) + 8 (e >> 1). That is the order in which

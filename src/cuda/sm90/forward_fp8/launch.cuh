@@ -48,7 +48,7 @@ void launch_fp8_kernel(const ForwardParams& params, const detail::ForwardArgs& a
       }
       const std::int64_t keys16 = vt_keys16(pr.Nk);
       // Test builds: every byte 0xFF (an e4m3 NaN) first, so a Vt byte the pass misses shows.
-      poison_device_buffer(vt, static_cast<std::size_t>(pr.B * pr.Hkv * Traits::kHeadDim * keys16),
+      poison_device_buffer(vt, static_cast<std::size_t>(vt_bytes(pr.B, pr.Hkv, Traits::kHeadDim, pr.Nk)),
                            stream);
       transpose_v(args, Traits::kHeadDim, vt, stream);
       // Vt as a [B, N = Dp rows, H = Hkv, D = Nk16 columns] view: boxes of kHeadDim rows x 128 keys.
