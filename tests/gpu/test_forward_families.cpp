@@ -206,16 +206,22 @@ TEST(ForwardSm90Small, SanitizerShapes) {
     os.softcap = 6.0f;
     cases.push_back(make_case(1, 260, 400, 2, 2, 64, DType::bf16, Layout::bhnd, os));
   }
-  // Each case twice: on the default grid, and on two persistent blocks that walk every item (the
-  // ring, the Q tile's barriers and the issue turns carried from item to item, masked items and
-  // items without a visible key among them).
+  // D=64 without a mask: the tall tiles (three consumer warpgroups, 192 rows) by default; a
+  // partial last tile of queries and of keys.
+  cases.push_back(make_case(1, 500, 333, 2, 1, 64, DType::bf16, Layout::bnhd));
+  // Each case on the default grid and on two persistent blocks that walk every item (the ring,
+  // the Q tile's barriers and the issue turns carried from item to item, masked items and items
+  // without a visible key among them); and both again with the tall tiles forced where a call
+  // can take them (FLASHPP_SM90_FWD_TALL=1: the masked D=64 cases above).
+  for (const char* tall : {"", "1"})
   for (const char* max_blocks : {"", "2"}) {
+    if (tall[0] != '\0') setenv("FLASHPP_SM90_FWD_TALL", tall, 1);
     if (max_blocks[0] != '\0') {
       setenv("FLASHPP_SM90_FWD_PERSISTENT", "1", 1);
       setenv("FLASHPP_SM90_FWD_MAX_BLOCKS", max_blocks, 1);
     }
     for (const AttentionCase& c : cases) {
-      SCOPED_TRACE(c.describe() + " max blocks '" + max_blocks + "'");
+      SCOPED_TRACE(c.describe() + " max blocks '" + max_blocks + "' tall '" + tall + "'");
       const test::AttentionInputs in = test::make_inputs(c);
       const test::ForwardOutputs ours = gpu_test::run_forward_cuda(in, c.options);
       const test::OracleResult ref = test::run_oracle(in, c.options, false);
@@ -225,6 +231,7 @@ TEST(ForwardSm90Small, SanitizerShapes) {
     }
     unsetenv("FLASHPP_SM90_FWD_PERSISTENT");
     unsetenv("FLASHPP_SM90_FWD_MAX_BLOCKS");
+    unsetenv("FLASHPP_SM90_FWD_TALL");
   }
 }
 

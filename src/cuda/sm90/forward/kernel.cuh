@@ -151,27 +151,28 @@ enum class ForwardBarrier : int { consumer_epilogue = 1, issue_turn = 4 };
 // the next one issued (without turns the warpgroups drift into step: all multiply, then all
 // exponentiate). A turn is a named barrier of two warpgroups: the one whose turn it is waits on
 // its barrier, the one before it in the rotation arrives there after issuing.
-template <int kConsumers>
+// kEnabled = false: no turns (every call below does nothing); the FP8 forward's default.
+template <int kConsumers, bool kEnabled = FLASHPP_SM90_PINGPONG != 0>
 struct IssueTurns {
   int consumer;
 
   __device__ int barrier(int c) const { return static_cast<int>(ForwardBarrier::issue_turn) + c; }
   // The rotation starts with consumer 0: the last consumer opens its first turn.
   __device__ void start() const {
-    if (FLASHPP_SM90_PINGPONG && consumer == kConsumers - 1) ptx::named_barrier_arrive(barrier(0), 256);
+    if (kEnabled && consumer == kConsumers - 1) ptx::named_barrier_arrive(barrier(0), 256);
   }
   // After a block's last item (persistent loop, every pass non-final): consumer 0 takes the turn
   // the rotation left open for it, so that every arrival meets a wait.
   __device__ void finish() const {
-    if (FLASHPP_SM90_PINGPONG && consumer == 0) ptx::named_barrier_sync(barrier(0), 256);
+    if (kEnabled && consumer == 0) ptx::named_barrier_sync(barrier(0), 256);
   }
   __device__ void wait() const {
-    if (FLASHPP_SM90_PINGPONG) ptx::named_barrier_sync(barrier(consumer), 256);
+    if (kEnabled) ptx::named_barrier_sync(barrier(consumer), 256);
   }
   // `last`: this warpgroup's final turn; the last consumer then opens no further turn of
   // consumer 0 (every arrival must meet a wait).
   __device__ void pass(bool last) const {
-    if (FLASHPP_SM90_PINGPONG && !(last && consumer == kConsumers - 1)) {
+    if (kEnabled && !(last && consumer == kConsumers - 1)) {
       ptx::named_barrier_arrive(barrier((consumer + 1) % kConsumers), 256);
     }
   }

@@ -133,10 +133,25 @@ void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
   }
 }
 
-template <typename Element, int kHeadDim>
-void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args,
-                    cudaStream_t stream) {
-  using Traits = Sm90ForwardTraits<Element, kHeadDim, ForwardTileConfig<kHeadDim>>;
+// Whether a call takes the head dim's tall tile (ForwardTallTileConfig, three consumer
+// warpgroups) where it has one: calls without softcap and dropout (their kernel spills at 160
+// registers), unmasked at any length, masked from kTallMaskedRows query rows (measured: causal
+// N=16384 +10%, 4096 equal, 1024 -15%). FLASHPP_SM90_FWD_TALL=0 / =1 forces it off / on for
+// every call the tile can take (A/B runs and tests; read at every call).
+inline constexpr std::int64_t kTallMaskedRows = 4096;
+
+inline bool use_tall_tile(const ForwardParams& params) {
+  if (params.softcap > 0.0f || params.dropout.threshold != 0) return false;
+  const char* env = std::getenv("FLASHPP_SM90_FWD_TALL");
+  if (env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] == '1';
+  return !params.mask.active() || params.q_len >= kTallMaskedRows;
+}
+
+// kExtras: whether the softcap/dropout kernel is instantiated for these tiles (callers with
+// softcap or dropout must use tiles that have it).
+template <typename Traits, bool kExtras = true>
+void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs& args,
+                          cudaStream_t stream) {
   Sm90ForwardParams p{};
   p.args = params;
   const DType dtype = args.problem.dtype;
@@ -162,10 +177,27 @@ void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args
   // per item under a mask).
   if (choice.walk != WalkKind::stride && extras) choice = one_per_item;
   auto kernel = flash_fwd_sm90_kernel<Traits, false>;
-  if (extras) kernel = flash_fwd_sm90_kernel<Traits, true>;
+  if constexpr (kExtras) {
+    if (extras) kernel = flash_fwd_sm90_kernel<Traits, true>;
+  }
   if (choice.walk == WalkKind::snake) kernel = flash_fwd_sm90_kernel<Traits, false, WalkKind::snake>;
   launch_query_tiles(kernel, Traits::kThreads, Traits::kSmemBytes, Traits::kBlockM, p, batch_heads,
                      stream, "sm90 forward kernel launch", choice.grid);
+}
+
+template <typename Element, int kHeadDim>
+void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args,
+                    cudaStream_t stream) {
+  if constexpr (ForwardTallTileConfig<kHeadDim>::exists) {
+    if (use_tall_tile(params)) {
+      // use_tall_tile excludes softcap and dropout: no extras kernel for these tiles.
+      launch_forward_tiles<Sm90ForwardTraits<Element, kHeadDim, ForwardTallTileConfig<kHeadDim>>, false>(
+          params, args, stream);
+      return;
+    }
+  }
+  launch_forward_tiles<Sm90ForwardTraits<Element, kHeadDim, ForwardTileConfig<kHeadDim>>>(params, args,
+                                                                                           stream);
 }
 
 }  // namespace flashpp::cuda::sm90

@@ -56,4 +56,18 @@ template <> struct ForwardTileConfig<192> : Sm90TileShape<2, 64, 2> {};
 template <> struct ForwardTileConfig<256> : Sm90TileShape<2, 64, 2> {};
 #endif
 
+// A second shape for long sequences where the registers allow three consumer warpgroups (192
+// query rows a block, 160 registers each: D=64 only): more warps to overlap one warpgroup's
+// softmax with the others' products. Session 17 run 1 (H100, bf16, B=4 H=32, gpu_compare,
+// against the table above): N=4096 +14%, N=16384 +20% without a mask, +10% causal at 16384;
+// causal N=4096 equal, N=1024 -15% (fewer, costlier items). launch.cuh picks it (use_tall_tile).
+template <int kHeadDim>
+struct ForwardTallTileConfig {
+  static constexpr bool exists = false;
+};
+template <>
+struct ForwardTallTileConfig<64> : Sm90TileShape<3, 128, 4> {
+  static constexpr bool exists = true;
+};
+
 }  // namespace flashpp::cuda::sm90

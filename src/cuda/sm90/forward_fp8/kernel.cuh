@@ -1,6 +1,7 @@
 // The FP8 (e4m3) forward for Hopper (sm_90a): the design of ../forward/kernel.cuh (TMA ring,
-// warp specialisation, pingpong consumers, softmax of tile j overlapping P V of tile j-1) with
-// e4m3 wgmma (m64nNk32, twice the bf16 rate) and the three changes 8-bit operands force:
+// warp specialisation, consumer warpgroups taking turns at D = 256 (kPingpong), softmax of tile j
+// overlapping P V of tile j-1) with e4m3 wgmma (m64nNk32, twice the bf16 rate) and the three
+// changes 8-bit operands force:
 //
 // 1. V transposed. 8-bit wgmma reads both operands K-major only, so the B operand of O += P V must
 //    be V^T (head dim along rows, keys contiguous). By default a pass before the kernel writes Vt
@@ -36,6 +37,9 @@
 
 namespace flashpp::cuda::sm90::fp8 {
 
+#ifndef FLASHPP_FP8_PINGPONG
+#define FLASHPP_FP8_PINGPONG -1
+#endif
 #ifndef FLASHPP_FP8_COMPACT_SMEM
 #define FLASHPP_FP8_COMPACT_SMEM 0
 #endif
@@ -48,6 +52,13 @@ struct Fp8ForwardTraits {
   // or transposed here by producer warps 1-3 from the raw V tiles (false).
   static constexpr bool kVtPass = kVtPass_;
   static constexpr int kConsumers = 2;
+  // Turns between the consumer warpgroups (../forward/kernel.cuh, IssueTurns) at D = 256 only
+  // (FLASHPP_FP8_PINGPONG=0 / =1, a compile definition, forces them off / on). Session 17 runs
+  // 2-3 (H100, against the turns): D = 128 +4..+17% without them (its softmax, not the products,
+  // is the long phase there, and the turns held one warpgroup's products back for the other's
+  // softmax); D = 256 -11..+1% without them (products twice as long against the same softmax).
+  static constexpr bool kPingpong =
+      FLASHPP_FP8_PINGPONG < 0 ? kHeadDim >= 256 : FLASHPP_FP8_PINGPONG != 0;
   static constexpr int kBlockM = 64 * kConsumers;   // query rows per block
   static constexpr int kBlockN = 128;               // keys per tile: one 128-byte Vt row
   static constexpr int kStages = kStages_;
@@ -289,6 +300,22 @@ __device__ __forceinline__ void convert_p(std::uint32_t (&p)[Traits::kPSteps][4]
 // The online softmax of common/forward_steps.cuh with P scaled by 2^kPOffsetLog2.
 inline constexpr float kPOffsetLog2 = 8.0f;
 
+// The maximum of this thread's scores of one row half (columns 2 half, 2 half + 1 of every
+// 8-key tile).
+template <int kNTiles>
+__device__ __forceinline__ float thread_row_max(const float (&s)[kNTiles][4], int half) {
+  // A pairwise tree (depth log2 of the 2 kNTiles scores) rather than a chain through every score:
+  // the maximum is the first step after S lands, on the consumer's critical path.
+  float m[kNTiles];
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) m[nt] = fmaxf(s[nt][2 * half], s[nt][2 * half + 1]);
+#pragma unroll
+  for (int stride = 1; stride < kNTiles; stride *= 2)
+#pragma unroll
+    for (int i = 0; i + stride < kNTiles; i += 2 * stride) m[i] = fmaxf(m[i], m[i + stride]);
+  return m[0];
+}
+
 template <typename Traits>
 __device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_fp8(
     float (&s)[1][Traits::kNTiles][4], float (&row_max)[1][2], float (&row_sum)[1][2],
@@ -296,11 +323,7 @@ __device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_fp8(
   SoftmaxCorrection<Traits> correction;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    float tile_max = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < Traits::kNTiles; ++nt)
-      tile_max = fmaxf(tile_max, fmaxf(s[0][nt][2 * half], s[0][nt][2 * half + 1]));
-    tile_max = quad_max(tile_max);
+    const float tile_max = quad_max(thread_row_max<Traits::kNTiles>(s[0], half));
     const float new_max = fmaxf(row_max[0][half], tile_max);
     const float reference = new_max == -INFINITY ? 0.0f : new_max;
     correction.factor[0][half] = fast_exp2((row_max[0][half] - reference) * scale_log2);
@@ -402,7 +425,7 @@ __device__ __forceinline__ void consumer_mainloop_fp8(const Sm90ForwardParams& p
       return online_softmax_fp8<Traits>(s, row_max, row_sum, scale_log2);
     };
     std::uint32_t p_frag[Traits::kPSteps][4];
-    const IssueTurns<Traits::kConsumers> turns{consumer};
+    const IssueTurns<Traits::kConsumers, Traits::kPingpong> turns{consumer};
     turns.start();
     mbarrier_wait(smem.q_full(), 0);
     {

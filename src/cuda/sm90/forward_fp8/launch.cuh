@@ -22,8 +22,16 @@ namespace flashpp::cuda::sm90::fp8 {
 // Pipeline depth per head dim: D = 256 fills 224 KB with two stages (Q 32 KB; K, raw V and Vt
 // 32 KB each per stage); smaller heads take three. Without the raw V tiles (the pass and
 // FLASHPP_FP8_COMPACT_SMEM=1, kernel.cuh) D = 256 takes three as well (Q 32 KB + 3 x 64 KB).
+// FLASHPP_FP8_STAGES (a compile definition, for tuning runs) sets the depth below D = 256 of the
+// compact pass kernel (D = 128: Q 16 KB + stages x 32 KB).
+#ifndef FLASHPP_FP8_STAGES
+#define FLASHPP_FP8_STAGES 3
+#endif
+template <bool kVtPass>
+inline constexpr bool kFp8Compact = kVtPass && FLASHPP_FP8_COMPACT_SMEM != 0;
 template <int kHeadDim, bool kVtPass>
-inline constexpr int kFp8Stages = kHeadDim < 256 || (kVtPass && FLASHPP_FP8_COMPACT_SMEM != 0) ? 3 : 2;
+inline constexpr int kFp8Stages = kHeadDim < 256 ? (kFp8Compact<kVtPass> ? FLASHPP_FP8_STAGES : 3)
+                                  : kFp8Compact<kVtPass> ? 3 : 2;
 
 // True unless FLASHPP_FP8_V_TRANSPOSE=kernel (read once per process, dispatch.cu): V transposed by
 // the pass before the kernel (v_transpose.cu) into the workspace, rather than in the kernel.
