@@ -11,7 +11,7 @@ import pathlib
 SHAPES = [32, 64, 80, 96, 112, 128, 176, 192, 256]  # the N of m64nNk16 the kernels use
 TYPES = {"__half": "f16", "__nv_bfloat16": "bf16"}
 OUT = pathlib.Path(__file__).resolve().parent.parent / "src/cuda/ptx/wgmma_shapes.inc"
-FP8_SHAPES = [64, 128, 256]  # S = Q K^T (N = key tile) and O += P V (N = head dim)
+FP8_SHAPES = [64, 128, 192, 256]  # S = Q K^T (N = key tile) and O += P V (N = head dim)
 FP8_OUT = OUT.with_name("wgmma_fp8_shapes.inc")
 
 

@@ -46,11 +46,12 @@ bool device_has_tma(int device) {
 bool encode_row_tile_map(CUtensorMap* map, const void* data, DType dtype, std::int64_t batch,
                          std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
                          std::int64_t batch_stride, std::int64_t row_stride,
-                         std::int64_t head_stride, int box_rows) {
+                         std::int64_t head_stride, int box_rows, int box_bytes) {
   const EncodeTiled encode = encode_tiled();
   if (encode == nullptr || (dtype != DType::f16 && dtype != DType::bf16 && dtype != DType::e4m3)) {
     return false;
   }
+  if (box_bytes != 128 && box_bytes != 64) return false;
   const auto bytes = static_cast<cuuint64_t>(element_size(dtype));
   if (batch <= 0 || rows <= 0 || heads <= 0 || head_dim <= 0) return false;
   // Byte strides of dims 1..3; a dimension of extent 1 is only ever read at coordinate 0, so its
@@ -62,14 +63,16 @@ bool encode_row_tile_map(CUtensorMap* map, const void* data, DType dtype, std::i
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
   const cuuint64_t strides[3] = {stride_bytes(rows, row_stride), stride_bytes(heads, head_stride),
                                  stride_bytes(batch, batch_stride)};
-  // 128 bytes per box row: 64 16-bit or 128 8-bit columns (one swizzled panel).
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(128 / bytes), static_cast<cuuint32_t>(box_rows), 1, 1};
+  // box_bytes per box row: one swizzled panel (128 bytes: 64 16-bit or 128 8-bit columns).
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_bytes / bytes), static_cast<cuuint32_t>(box_rows),
+                             1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUtensorMapDataType type = dtype == DType::f16    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                    : dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                           : CU_TENSOR_MAP_DATA_TYPE_UINT8;
   return encode(map, type, 4, const_cast<void*>(data), dims, strides, box, element_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_INTERLEAVE_NONE,
+                box_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
@@ -80,7 +83,7 @@ namespace {
 struct MapRequest {
   const void* data;
   std::int64_t dtype, batch, rows, heads, head_dim, batch_stride, row_stride, head_stride,
-      box_rows;
+      box_rows, box_bytes;
 };
 
 struct CachedMap {
@@ -110,8 +113,8 @@ std::size_t slot_of(const MapRequest& r) {
 bool make_row_tile_map(CUtensorMap* map, const void* data, DType dtype, std::int64_t batch,
                        std::int64_t rows, std::int64_t heads, std::int64_t head_dim,
                        std::int64_t batch_stride, std::int64_t row_stride,
-                       std::int64_t head_stride, int box_rows) {
-  static_assert(sizeof(MapRequest) == 10 * 8, "MapRequest must have no padding");
+                       std::int64_t head_stride, int box_rows, int box_bytes) {
+  static_assert(sizeof(MapRequest) == 11 * 8, "MapRequest must have no padding");
   MapRequest request;
   std::memset(&request, 0, sizeof(request));
   request.data = data;
@@ -124,6 +127,7 @@ bool make_row_tile_map(CUtensorMap* map, const void* data, DType dtype, std::int
   request.row_stride = row_stride;
   request.head_stride = head_stride;
   request.box_rows = box_rows;
+  request.box_bytes = box_bytes;
   const std::size_t slot = slot_of(request);
   {
     const std::lock_guard<std::mutex> lock(cache_mutex);
@@ -134,7 +138,7 @@ bool make_row_tile_map(CUtensorMap* map, const void* data, DType dtype, std::int
     }
   }
   if (!encode_row_tile_map(map, data, dtype, batch, rows, heads, head_dim, batch_stride,
-                           row_stride, head_stride, box_rows)) {
+                           row_stride, head_stride, box_rows, box_bytes)) {
     return false;  // refusals are not remembered: the caller reports them
   }
   const std::lock_guard<std::mutex> lock(cache_mutex);

@@ -48,15 +48,18 @@ enum class Major { k, mn };
 
 // Descriptor of a 128-byte-swizzled operand starting at `smem` (a shared-memory address inside a
 // panel; panel bases 1024-byte aligned). `panel_bytes`: distance between 64-column panels (used
-// by MN-major operands whose N spans more than one panel).
-template <Major kMajor>
+// by MN-major operands whose N spans more than one panel). kSwizzleBytes = 64: a K-major panel of
+// 64-byte rows with the 64-byte swizzle (eight rows = 512 bytes; the FP8 forward's last Vt panel
+// of a 192-key tile), panel bases 512-byte aligned.
+template <Major kMajor, int kSwizzleBytes = 128>
 __device__ __forceinline__ std::uint64_t smem_descriptor(const void* smem, std::uint32_t panel_bytes) {
+  static_assert(kSwizzleBytes == 128 || (kSwizzleBytes == 64 && kMajor == Major::k), "swizzle");
   const auto addr = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
   std::uint64_t desc = (addr & 0x3FFFFu) >> 4;                                    // start address
   const std::uint32_t lbo = kMajor == Major::mn ? panel_bytes : 16u;              // K-major: unused
   desc |= static_cast<std::uint64_t>((lbo & 0x3FFFFu) >> 4) << 16;                // leading offset
-  desc |= static_cast<std::uint64_t>(1024u >> 4) << 32;                            // stride offset
-  desc |= static_cast<std::uint64_t>(1) << 62;                                    // 128-byte swizzle
+  desc |= static_cast<std::uint64_t>((8u * kSwizzleBytes) >> 4) << 32;            // stride offset
+  desc |= static_cast<std::uint64_t>(kSwizzleBytes == 128 ? 1 : 2) << 62;         // swizzle mode
   return desc;
 }
 

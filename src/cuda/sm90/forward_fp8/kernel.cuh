@@ -44,7 +44,7 @@ namespace flashpp::cuda::sm90::fp8 {
 #define FLASHPP_FP8_COMPACT_SMEM 0
 #endif
 
-template <typename Out_, int kHeadDim_, int kStages_, bool kVtPass_ = false>
+template <typename Out_, int kHeadDim_, int kStages_, bool kVtPass_ = false, int kBlockN_ = 128>
 struct Fp8ForwardTraits {
   using Out = Out_;                                  // f16 or bf16 output
   static constexpr int kHeadDim = kHeadDim_;        // 64, 128 or 256
@@ -60,7 +60,11 @@ struct Fp8ForwardTraits {
   static constexpr bool kPingpong =
       FLASHPP_FP8_PINGPONG < 0 ? kHeadDim >= 256 : FLASHPP_FP8_PINGPONG != 0;
   static constexpr int kBlockM = 64 * kConsumers;   // query rows per block
-  static constexpr int kBlockN = 128;               // keys per tile: one 128-byte Vt row
+  // Keys per tile: 128 (one 128-byte Vt row), or 192 with the pass (Vt rows of a 128-byte and a
+  // 64-byte panel; the per-tile work of the softmax, the rescale of O and the waits spread over
+  // 1.5x the keys, as FlashAttention-3's wide FP8 tiles do).
+  static constexpr int kBlockN = kBlockN_;
+  static_assert(kBlockN == 128 || (kBlockN == 192 && kVtPass_), "FP8 key tiles");
   static constexpr int kStages = kStages_;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kPaddedHeadDim = (kHeadDim + 127) / 128 * 128;  // 128-byte panels
@@ -77,10 +81,12 @@ struct Fp8ForwardTraits {
   static constexpr int kKVPanelBytes = kBlockN * 128;
   static constexpr int kQBytes = kQPanelBytes * kPanels;
   static constexpr int kKVBytes = kKVPanelBytes * kPanels;  // a K or a raw V tile
-  static constexpr int kVtBytes = kHeadDim * 128;          // [kHeadDim][128 keys]
-  // Raw V tiles per stage: none with the pass when FLASHPP_FP8_COMPACT_SMEM=1 (a compile
-  // definition, default 0: not yet run on a GPU; launch.cuh then gives D = 256 a third stage).
-  static constexpr int kRawVStages = kVtPass && FLASHPP_FP8_COMPACT_SMEM != 0 ? 0 : kStages;
+  static constexpr int kVtBytes = kHeadDim * kBlockN;     // [kHeadDim][kBlockN keys]
+  static constexpr int kVtPanelBytes = kHeadDim * 128;     // keys 0..127; the rest: 64-byte rows
+  // Raw V tiles per stage: none with the pass for 192-key tiles or when FLASHPP_FP8_COMPACT_SMEM=1
+  // (a compile definition, default 0; launch.cuh then gives D = 256 a third stage).
+  static constexpr int kRawVStages =
+      kVtPass && (FLASHPP_FP8_COMPACT_SMEM != 0 || kBlockN != 128) ? 0 : kStages;
   // Q full; per stage: K full/empty, V full/empty (raw V), Vt full/empty.
   static constexpr int kBarriers = 1 + 6 * kStages;
   static constexpr int kSmemBytes =
@@ -88,13 +94,14 @@ struct Fp8ForwardTraits {
 
   static constexpr int kTransposeWarps = 3;  // warps 1..3 of the producer warpgroup
   // Registers per thread after the reallocation (producer x 128 + consumer x 256 <= 64K): the
-  // consumers of D = 256 hold O (128), S (64) and P (16) and take 240, leaving the producer 24.
+  // consumers of D = 256 hold O (128), S (64) and P (16), those of 192-key tiles O (64), S (96)
+  // and P (24); both take 240, leaving the producer 24.
 #ifdef FLASHPP_FP8_PRODUCER_REGISTERS  // tuning runs: both given as compile definitions
   static constexpr int kProducerRegisters = FLASHPP_FP8_PRODUCER_REGISTERS;
   static constexpr int kConsumerRegisters = FLASHPP_FP8_CONSUMER_REGISTERS;
 #else
-  static constexpr int kProducerRegisters = kHeadDim >= 256 ? 24 : 40;
-  static constexpr int kConsumerRegisters = kHeadDim >= 256 ? 240 : 232;
+  static constexpr int kProducerRegisters = kHeadDim >= 256 || kBlockN > 128 ? 24 : 40;
+  static constexpr int kConsumerRegisters = kHeadDim >= 256 || kBlockN > 128 ? 240 : 232;
 #endif
 
   // The P fragment of one k32 step: 4 registers; the tile has kBlockN / 32 steps.
@@ -162,6 +169,10 @@ __device__ __forceinline__ void load_tiles(const Sm90ForwardParams& params,
       wait_buffer_empty(smem.vt_empty(stage), Traits::kStages, j);
       mbarrier_expect_bytes(smem.vt_full(stage), Traits::kVtBytes);
       tma_load_4d(smem.vt(stage), &params.v_map, n0, 0, h_kv, b, smem.vt_full(stage));
+      if constexpr (Traits::kBlockN > 128) {  // keys 128..191: params.v_tail_map, 64-byte rows
+        tma_load_4d(smem.vt(stage) + Traits::kVtPanelBytes, &params.v_tail_map, n0 + 128, 0, h_kv,
+                    b, smem.vt_full(stage));
+      }
     } else {
       wait_buffer_empty(smem.v_empty(stage), Traits::kStages, j);
       mbarrier_expect_bytes(smem.v_full(stage), Traits::kKVBytes);
@@ -265,18 +276,24 @@ __device__ __forceinline__ void issue_scores(float (&s)[Traits::kNTiles][4],
   ptx::wgmma_commit();
 }
 
-// O += P Vt(stage)^T: kBlockN/32 k32 steps, P's e4m3 fragments from registers.
+// O += P Vt(stage)^T: kBlockN/32 k32 steps, P's e4m3 fragments from registers; steps 4 and 5
+// (192-key tiles) read the 64-byte panel.
 template <typename Traits>
 __device__ __forceinline__ void issue_pv(float (&o)[Traits::kDTiles][4],
                                          const std::uint32_t (&p)[Traits::kPSteps][4],
                                          const Fp8SharedStorage<Traits>& smem, int stage) {
   using Mma = ptx::WgmmaFp8Shape<Traits::kHeadDim>;
   const std::uint64_t vt_desc = ptx::smem_descriptor<ptx::Major::k>(smem.vt(stage), 0);
+  // Keys 128..191 of a 192-key tile: a panel of 64-byte rows, 64-byte swizzled.
+  const std::uint64_t vt_tail_desc =
+      ptx::smem_descriptor<ptx::Major::k, 64>(smem.vt(stage) + Traits::kVtPanelBytes, 0);
   auto& acc = reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o);
   ptx::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Traits::kPSteps; ++kk) {
-    Mma::rs(acc, p[kk], ptx::advance_descriptor(vt_desc, kk * 32), 1);
+    const std::uint64_t b = kk < 4 ? ptx::advance_descriptor(vt_desc, kk * 32)
+                                   : ptx::advance_descriptor(vt_tail_desc, (kk - 4) * 32);
+    Mma::rs(acc, p[kk], b, 1);
   }
   ptx::wgmma_commit();
 }

@@ -27,6 +27,14 @@ namespace flashpp::cuda::sm90::fp8 {
 #ifndef FLASHPP_FP8_STAGES
 #define FLASHPP_FP8_STAGES 3
 #endif
+// Keys per tile: 128; FLASHPP_FP8_WIDE=1 (a compile definition) gives D = 128 with the pass
+// 192-key tiles (measured about equal, -1..+6%: docs/perf-notes.md, session 17 run 4).
+#ifndef FLASHPP_FP8_WIDE
+#define FLASHPP_FP8_WIDE 0
+#endif
+template <int kHeadDim, bool kVtPass>
+inline constexpr int kFp8BlockN = kVtPass && kHeadDim == 128 && FLASHPP_FP8_WIDE != 0 ? 192 : 128;
+
 template <bool kVtPass>
 inline constexpr bool kFp8Compact = kVtPass && FLASHPP_FP8_COMPACT_SMEM != 0;
 template <int kHeadDim, bool kVtPass>
@@ -60,9 +68,16 @@ void launch_fp8_kernel(const ForwardParams& params, const detail::ForwardArgs& a
                            stream);
       transpose_v(args, Traits::kHeadDim, vt, stream);
       // Vt as a [B, N = Dp rows, H = Hkv, D = Nk16 columns] view: boxes of kHeadDim rows x 128 keys.
-      if (!make_row_tile_map(&p.v_map, vt, DType::e4m3, pr.B, Traits::kHeadDim, pr.Hkv, keys16,
+      const bool mapped =
+          make_row_tile_map(&p.v_map, vt, DType::e4m3, pr.B, Traits::kHeadDim, pr.Hkv, keys16,
+                            pr.Hkv * Traits::kHeadDim * keys16, keys16, Traits::kHeadDim * keys16,
+                            Traits::kHeadDim) &&
+          // 192-key tiles: keys 128..191 in boxes of 64 keys, 64-byte swizzled.
+          (Traits::kBlockN == 128 ||
+           make_row_tile_map(&p.v_tail_map, vt, DType::e4m3, pr.B, Traits::kHeadDim, pr.Hkv, keys16,
                              pr.Hkv * Traits::kHeadDim * keys16, keys16, Traits::kHeadDim * keys16,
-                             Traits::kHeadDim)) {
+                             Traits::kHeadDim, 64));
+      if (!mapped) {
         throw Error(ErrorCode::backend_failure,
                     "flashpp CUDA backend: the driver refused the tensor map of the FP8 forward's Vt");
       }
@@ -80,7 +95,8 @@ template <typename Out, int kHeadDim>
 void launch_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& args,
                         cudaStream_t stream) {
   if (fp8_v_transpose_pass()) {
-    launch_fp8_kernel<Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim, true>, true>>(params, args, stream);
+    launch_fp8_kernel<Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim, true>, true,
+                                       kFp8BlockN<kHeadDim, true>>>(params, args, stream);
   } else {
     launch_fp8_kernel<Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim, false>, false>>(params, args, stream);
   }
