@@ -44,14 +44,16 @@ namespace flashpp::cuda::sm90::fp8 {
 #define FLASHPP_FP8_COMPACT_SMEM 0
 #endif
 
-template <typename Out_, int kHeadDim_, int kStages_, bool kVtPass_ = false, int kBlockN_ = 128>
+template <typename Out_, int kHeadDim_, int kStages_, bool kVtPass_ = false, int kBlockN_ = 128,
+          int kConsumers_ = 2>
 struct Fp8ForwardTraits {
   using Out = Out_;                                  // f16 or bf16 output
   static constexpr int kHeadDim = kHeadDim_;        // 64, 128 or 256
   // Vt made by the pass before the kernel (v_transpose.cu) and loaded by the copy engine (true),
   // or transposed here by producer warps 1-3 from the raw V tiles (false).
   static constexpr bool kVtPass = kVtPass_;
-  static constexpr int kConsumers = 2;
+  // Consumer warpgroups of 64 query rows: 2, or 3 (160 registers each) where O, S and P fit.
+  static constexpr int kConsumers = kConsumers_;
   // Turns between the consumer warpgroups (../forward/kernel.cuh, IssueTurns) at D = 256 only
   // (FLASHPP_FP8_PINGPONG=0 / =1, a compile definition, forces them off / on). Session 17 runs
   // 2-3 (H100, against the turns): D = 128 +4..+17% without them (its softmax, not the products,
@@ -64,7 +66,11 @@ struct Fp8ForwardTraits {
   // 64-byte panel; the per-tile work of the softmax, the rescale of O and the waits spread over
   // 1.5x the keys, as FlashAttention-3's wide FP8 tiles do).
   static constexpr int kBlockN = kBlockN_;
-  static_assert(kBlockN == 128 || (kBlockN == 192 && kVtPass_), "FP8 key tiles");
+  static_assert(kBlockN == 128 || ((kBlockN == 64 || kBlockN == 192) && kVtPass_), "FP8 key tiles");
+  // Keys of a Vt tile in its 128-byte-swizzled panel (0 or 128), and in its 64-byte one (0 or 64).
+  static constexpr int kVtMainKeys = kBlockN >= 128 ? 128 : 0;
+  static constexpr int kVtTailKeys = kBlockN - kVtMainKeys;
+  static_assert(kVtTailKeys == 0 || kVtTailKeys == 64, "Vt panels");
   static constexpr int kStages = kStages_;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kPaddedHeadDim = (kHeadDim + 127) / 128 * 128;  // 128-byte panels
@@ -82,7 +88,7 @@ struct Fp8ForwardTraits {
   static constexpr int kQBytes = kQPanelBytes * kPanels;
   static constexpr int kKVBytes = kKVPanelBytes * kPanels;  // a K or a raw V tile
   static constexpr int kVtBytes = kHeadDim * kBlockN;     // [kHeadDim][kBlockN keys]
-  static constexpr int kVtPanelBytes = kHeadDim * 128;     // keys 0..127; the rest: 64-byte rows
+  static constexpr int kVtPanelBytes = kHeadDim * kVtMainKeys;  // the 64-byte panel's offset
   // Raw V tiles per stage: none with the pass for 192-key tiles or when FLASHPP_FP8_COMPACT_SMEM=1
   // (a compile definition, default 0; launch.cuh then gives D = 256 a third stage).
   static constexpr int kRawVStages =
@@ -100,8 +106,8 @@ struct Fp8ForwardTraits {
   static constexpr int kProducerRegisters = FLASHPP_FP8_PRODUCER_REGISTERS;
   static constexpr int kConsumerRegisters = FLASHPP_FP8_CONSUMER_REGISTERS;
 #else
-  static constexpr int kProducerRegisters = kHeadDim >= 256 || kBlockN > 128 ? 24 : 40;
-  static constexpr int kConsumerRegisters = kHeadDim >= 256 || kBlockN > 128 ? 240 : 232;
+  static constexpr int kProducerRegisters = kConsumers == 3 ? 24 : kHeadDim >= 256 || kBlockN > 128 ? 24 : 40;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : kHeadDim >= 256 || kBlockN > 128 ? 240 : 232;
 #endif
 
   // The P fragment of one k32 step: 4 registers; the tile has kBlockN / 32 steps.
@@ -168,10 +174,12 @@ __device__ __forceinline__ void load_tiles(const Sm90ForwardParams& params,
       // params.v_map is Vt's: [B, Dp rows, Hkv, Nk16 columns], one box of kHeadDim rows x 128 keys.
       wait_buffer_empty(smem.vt_empty(stage), Traits::kStages, j);
       mbarrier_expect_bytes(smem.vt_full(stage), Traits::kVtBytes);
-      tma_load_4d(smem.vt(stage), &params.v_map, n0, 0, h_kv, b, smem.vt_full(stage));
-      if constexpr (Traits::kBlockN > 128) {  // keys 128..191: params.v_tail_map, 64-byte rows
-        tma_load_4d(smem.vt(stage) + Traits::kVtPanelBytes, &params.v_tail_map, n0 + 128, 0, h_kv,
-                    b, smem.vt_full(stage));
+      if constexpr (Traits::kVtMainKeys > 0) {
+        tma_load_4d(smem.vt(stage), &params.v_map, n0, 0, h_kv, b, smem.vt_full(stage));
+      }
+      if constexpr (Traits::kVtTailKeys > 0) {  // params.v_tail_map: 64-key boxes, 64-byte rows
+        tma_load_4d(smem.vt(stage) + Traits::kVtPanelBytes, &params.v_tail_map,
+                    n0 + Traits::kVtMainKeys, 0, h_kv, b, smem.vt_full(stage));
       }
     } else {
       wait_buffer_empty(smem.v_empty(stage), Traits::kStages, j);
@@ -276,23 +284,25 @@ __device__ __forceinline__ void issue_scores(float (&s)[Traits::kNTiles][4],
   ptx::wgmma_commit();
 }
 
-// O += P Vt(stage)^T: kBlockN/32 k32 steps, P's e4m3 fragments from registers; steps 4 and 5
-// (192-key tiles) read the 64-byte panel.
+// O += P Vt(stage)^T: kBlockN/32 k32 steps, P's e4m3 fragments from registers; the steps past the
+// 128-byte panel's keys (192- and 64-key tiles) read the 64-byte panel.
 template <typename Traits>
 __device__ __forceinline__ void issue_pv(float (&o)[Traits::kDTiles][4],
                                          const std::uint32_t (&p)[Traits::kPSteps][4],
                                          const Fp8SharedStorage<Traits>& smem, int stage) {
   using Mma = ptx::WgmmaFp8Shape<Traits::kHeadDim>;
   const std::uint64_t vt_desc = ptx::smem_descriptor<ptx::Major::k>(smem.vt(stage), 0);
-  // Keys 128..191 of a 192-key tile: a panel of 64-byte rows, 64-byte swizzled.
+  // The keys past the 128-byte panel (all of a 64-key tile's): 64-byte rows, 64-byte swizzled.
   const std::uint64_t vt_tail_desc =
       ptx::smem_descriptor<ptx::Major::k, 64>(smem.vt(stage) + Traits::kVtPanelBytes, 0);
   auto& acc = reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o);
   ptx::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Traits::kPSteps; ++kk) {
-    const std::uint64_t b = kk < 4 ? ptx::advance_descriptor(vt_desc, kk * 32)
-                                   : ptx::advance_descriptor(vt_tail_desc, (kk - 4) * 32);
+    constexpr int kMainSteps = Traits::kVtMainKeys / 32;
+    const std::uint64_t b = kk < kMainSteps
+                                ? ptx::advance_descriptor(vt_desc, kk * 32)
+                                : ptx::advance_descriptor(vt_tail_desc, (kk - kMainSteps) * 32);
     Mma::rs(acc, p[kk], b, 1);
   }
   ptx::wgmma_commit();

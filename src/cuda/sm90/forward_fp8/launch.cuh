@@ -27,13 +27,20 @@ namespace flashpp::cuda::sm90::fp8 {
 #ifndef FLASHPP_FP8_STAGES
 #define FLASHPP_FP8_STAGES 3
 #endif
-// Keys per tile: 128; FLASHPP_FP8_WIDE=1 (a compile definition) gives D = 128 with the pass
-// 192-key tiles (measured about equal, -1..+6%: docs/perf-notes.md, session 17 run 4).
-#ifndef FLASHPP_FP8_WIDE
-#define FLASHPP_FP8_WIDE 0
+// Keys per tile: 128; FLASHPP_FP8_D128_KEYS=192 or 64 (a compile definition) gives D = 128 with
+// the pass 192- or 64-key tiles (192 measured about equal, -1..+6%: docs/perf-notes.md, session
+// 17 run 4).
+#ifndef FLASHPP_FP8_D128_KEYS
+#define FLASHPP_FP8_D128_KEYS 128
 #endif
 template <int kHeadDim, bool kVtPass>
-inline constexpr int kFp8BlockN = kVtPass && kHeadDim == 128 && FLASHPP_FP8_WIDE != 0 ? 192 : 128;
+inline constexpr int kFp8BlockN = kVtPass && kHeadDim == 128 ? FLASHPP_FP8_D128_KEYS : 128;
+
+#ifndef FLASHPP_FP8_CONSUMERS
+#define FLASHPP_FP8_CONSUMERS 2
+#endif
+template <int kHeadDim, bool kVtPass>
+inline constexpr int kFp8Consumers = kVtPass && kHeadDim <= 128 ? FLASHPP_FP8_CONSUMERS : 2;
 
 template <bool kVtPass>
 inline constexpr bool kFp8Compact = kVtPass && FLASHPP_FP8_COMPACT_SMEM != 0;
@@ -72,8 +79,8 @@ void launch_fp8_kernel(const ForwardParams& params, const detail::ForwardArgs& a
           make_row_tile_map(&p.v_map, vt, DType::e4m3, pr.B, Traits::kHeadDim, pr.Hkv, keys16,
                             pr.Hkv * Traits::kHeadDim * keys16, keys16, Traits::kHeadDim * keys16,
                             Traits::kHeadDim) &&
-          // 192-key tiles: keys 128..191 in boxes of 64 keys, 64-byte swizzled.
-          (Traits::kBlockN == 128 ||
+          // 192- and 64-key tiles: the keys past the first 128 in boxes of 64, 64-byte swizzled.
+          (Traits::kVtTailKeys == 0 ||
            make_row_tile_map(&p.v_tail_map, vt, DType::e4m3, pr.B, Traits::kHeadDim, pr.Hkv, keys16,
                              pr.Hkv * Traits::kHeadDim * keys16, keys16, Traits::kHeadDim * keys16,
                              Traits::kHeadDim, 64));
@@ -96,7 +103,8 @@ void launch_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& 
                         cudaStream_t stream) {
   if (fp8_v_transpose_pass()) {
     launch_fp8_kernel<Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim, true>, true,
-                                       kFp8BlockN<kHeadDim, true>>>(params, args, stream);
+                                       kFp8BlockN<kHeadDim, true>, kFp8Consumers<kHeadDim, true>>>(
+        params, args, stream);
   } else {
     launch_fp8_kernel<Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim, false>, false>>(params, args, stream);
   }
