@@ -61,9 +61,9 @@ inline bool masked_walk(WalkKind* walk) {
 // alternating direction balances items of unequal cost (session 13 run 3, H200, bf16, causal,
 // against one block per item, which the stride walk lost to in session 12: D=128 N=1024 346 ->
 // 388 TFLOPS, N=4096 542 -> 573, N=16384 583 -> 591; D=64 216 -> 244, 375 -> 404, 412 -> 429).
-// The softcap/dropout kernel keeps one block per item under a mask (the snake walk is instantiated
-// for the plain kernel only). FLASHPP_SM90_FWD_PERSISTENT=0 / =1 forces one block per item / a
-// persistent grid (with PERSISTENT=1 and a mask, the walk above); read at every call.
+// The softcap/dropout kernel keeps one block per item under a mask, and at D=128 without one
+// (launch_forward_tiles). FLASHPP_SM90_FWD_PERSISTENT=0 / =1 forces one block per item / a persistent grid (with
+// PERSISTENT=1 and a mask, the walk above); read at every call.
 // Masked calls with kLongMaskedKeys keys or more take one block per item: there the snake walk
 // lost to it (session 14, H200, bf16, causal, B=4 H=32, gpu_compare: D=128 N=131072 604 vs 636
 // TFLOPS, N=32768 617 vs 632; D=64 still gained up to N=65536: 450 vs 443). The walk deals the
@@ -73,13 +73,19 @@ inline bool masked_walk(WalkKind* walk) {
 // between 65536 and 131072 keys at D=64, and this rule on an H100.
 inline constexpr std::int64_t kLongMaskedKeys = 131072;
 
-inline WalkChoice walk_grid(bool masked, std::int64_t k_len) {
+// FLASHPP_SM90_FWD_PERSISTENT: 1 / 0 when set to "1" / "0", else -1 (read at every call).
+inline int persistent_forced() {
   const char* env = std::getenv("FLASHPP_SM90_FWD_PERSISTENT");
   const bool forced = env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0';
+  return forced ? env[0] - '0' : -1;
+}
+
+inline WalkChoice walk_grid(bool masked, std::int64_t k_len) {
+  const int forced = persistent_forced();
   WalkKind walk = WalkKind::stride;
   const bool walk_asked = masked && masked_walk(&walk);
   const bool long_masked = masked && k_len >= kLongMaskedKeys;
-  const bool persistent = forced ? env[0] == '1' : (!masked || (walk_asked && !long_masked));
+  const bool persistent = forced >= 0 ? forced == 1 : (!masked || (walk_asked && !long_masked));
   if (!persistent) return {ForwardGrid::walk_one_per_item, WalkKind::stride};
   return {ForwardGrid::walk_persistent, walk};
 }
@@ -173,8 +179,13 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
   WalkChoice choice = all_kv_tiles < (std::int64_t{1} << 31)
                           ? walk_grid(params.mask.active(), params.k_len)
                           : one_per_item;
-  // The snake walk is instantiated for the plain kernel only (softcap and dropout keep one block
-  // per item under a mask).
+  // Softcap and dropout calls at D=128 take one block per item: there the persistent grid
+  // measured 14-22% slower without a mask (session 17 run 9, H100, bf16, p=0.1: 391 vs 453
+  // TFLOPS at N=4096, 387 vs 473 at 16384; softcap 0 / +8%); at D 64, 96, 192, 256 within -3.5..+1%
+  // the other way, so they keep it. FLASHPP_SM90_FWD_PERSISTENT=1 still gives D=128 the stride
+  // walk (tests). Under a mask every extras call takes one block per item: the snake walk is
+  // instantiated for the plain kernel only.
+  if (extras && Traits::kHeadDim == 128 && persistent_forced() != 1) choice = one_per_item;
   if (choice.walk != WalkKind::stride && extras) choice = one_per_item;
   auto kernel = flash_fwd_sm90_kernel<Traits, false>;
   if constexpr (kExtras) {
