@@ -14,7 +14,7 @@ namespace flashpp::cuda {
 // A map of a [B, N, H, D] view (element strides; D contiguous) of 16-bit or e4m3 elements whose
 // box is `box_rows` rows x 128 bytes (64 16-bit or 128 e4m3 columns) of one (batch, head),
 // 128-byte swizzled; or, with box_bytes = 64, rows of 64 bytes with the 64-byte swizzle (the FP8
-// forward's last Vt panel of a 192-key tile). Coordinates:
+// forward's 64-key Vt panel of 192- and 64-key tiles). Coordinates:
 // (column, row, head, batch). Elements outside [0, D) x [0, N) read as zero. Returns false when
 // the driver has no tensor maps or rejects the view (the caller then keeps its cp.async path).
 bool make_row_tile_map(CUtensorMap* map, const void* data, DType dtype, std::int64_t batch,

@@ -49,8 +49,8 @@ enum class Major { k, mn };
 // Descriptor of a 128-byte-swizzled operand starting at `smem` (a shared-memory address inside a
 // panel; panel bases 1024-byte aligned). `panel_bytes`: distance between 64-column panels (used
 // by MN-major operands whose N spans more than one panel). kSwizzleBytes = 64: a K-major panel of
-// 64-byte rows with the 64-byte swizzle (eight rows = 512 bytes; the FP8 forward's last Vt panel
-// of a 192-key tile), panel bases 512-byte aligned.
+// 64-byte rows with the 64-byte swizzle (eight rows = 512 bytes; the FP8 forward's 64-key Vt
+// panel of 192- and 64-key tiles), panel bases 512-byte aligned.
 template <Major kMajor, int kSwizzleBytes = 128>
 __device__ __forceinline__ std::uint64_t smem_descriptor(const void* smem, std::uint32_t panel_bytes) {
   static_assert(kSwizzleBytes == 128 || (kSwizzleBytes == 64 && kMajor == Major::k), "swizzle");

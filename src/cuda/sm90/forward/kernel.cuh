@@ -51,7 +51,7 @@ struct Sm90ForwardParams {
   CUtensorMap q_map;
   CUtensorMap k_map;
   CUtensorMap v_map;
-  CUtensorMap v_tail_map;  // the FP8 forward's Vt keys 128..191 of a 192-key tile (unused here)
+  CUtensorMap v_tail_map;  // the FP8 forward's 64-key Vt panel (192- and 64-key tiles; unused here)
   std::int64_t q_tiles;
   std::int64_t heads;
 };

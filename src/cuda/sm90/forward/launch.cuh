@@ -62,8 +62,8 @@ inline bool masked_walk(WalkKind* walk) {
 // against one block per item, which the stride walk lost to in session 12: D=128 N=1024 346 ->
 // 388 TFLOPS, N=4096 542 -> 573, N=16384 583 -> 591; D=64 216 -> 244, 375 -> 404, 412 -> 429).
 // The softcap/dropout kernel keeps one block per item under a mask, and at D=128 without one
-// (launch_forward_tiles). FLASHPP_SM90_FWD_PERSISTENT=0 / =1 forces one block per item / a persistent grid (with
-// PERSISTENT=1 and a mask, the walk above); read at every call.
+// (launch_forward_tiles). FLASHPP_SM90_FWD_PERSISTENT=0 / =1 forces one block per item / a
+// persistent grid (with PERSISTENT=1 and a mask, the walk above); read at every call.
 // Masked calls with kLongMaskedKeys keys or more take one block per item: there the snake walk
 // lost to it (session 14, H200, bf16, causal, B=4 H=32, gpu_compare: D=128 N=131072 604 vs 636
 // TFLOPS, N=32768 617 vs 632; D=64 still gained up to N=65536: 450 vs 443). The walk deals the
@@ -73,12 +73,15 @@ inline bool masked_walk(WalkKind* walk) {
 // between 65536 and 131072 keys at D=64, and this rule on an H100.
 inline constexpr std::int64_t kLongMaskedKeys = 131072;
 
-// FLASHPP_SM90_FWD_PERSISTENT: 1 / 0 when set to "1" / "0", else -1 (read at every call).
-inline int persistent_forced() {
-  const char* env = std::getenv("FLASHPP_SM90_FWD_PERSISTENT");
-  const bool forced = env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0';
-  return forced ? env[0] - '0' : -1;
+// An on/off switch in the environment: 1 / 0 when `name` is set to "1" / "0", else -1 (read at
+// every call).
+inline int env_switch(const char* name) {
+  const char* env = std::getenv(name);
+  const bool set = env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0';
+  return set ? env[0] - '0' : -1;
 }
+
+inline int persistent_forced() { return env_switch("FLASHPP_SM90_FWD_PERSISTENT"); }
 
 inline WalkChoice walk_grid(bool masked, std::int64_t k_len) {
   const int forced = persistent_forced();
@@ -148,8 +151,8 @@ inline constexpr std::int64_t kTallMaskedRows = 4096;
 
 inline bool use_tall_tile(const ForwardParams& params) {
   if (params.softcap > 0.0f || params.dropout.threshold != 0) return false;
-  const char* env = std::getenv("FLASHPP_SM90_FWD_TALL");
-  if (env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] == '1';
+  const int forced = env_switch("FLASHPP_SM90_FWD_TALL");
+  if (forced >= 0) return forced == 1;
   return !params.mask.active() || params.q_len >= kTallMaskedRows;
 }
 
@@ -202,13 +205,13 @@ void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args
   if constexpr (ForwardTallTileConfig<kHeadDim>::exists) {
     if (use_tall_tile(params)) {
       // use_tall_tile excludes softcap and dropout: no extras kernel for these tiles.
-      launch_forward_tiles<Sm90ForwardTraits<Element, kHeadDim, ForwardTallTileConfig<kHeadDim>>, false>(
-          params, args, stream);
+      using TallTraits = Sm90ForwardTraits<Element, kHeadDim, ForwardTallTileConfig<kHeadDim>>;
+      launch_forward_tiles<TallTraits, false>(params, args, stream);
       return;
     }
   }
-  launch_forward_tiles<Sm90ForwardTraits<Element, kHeadDim, ForwardTileConfig<kHeadDim>>>(params, args,
-                                                                                           stream);
+  using Traits = Sm90ForwardTraits<Element, kHeadDim, ForwardTileConfig<kHeadDim>>;
+  launch_forward_tiles<Traits>(params, args, stream);
 }
 
 }  // namespace flashpp::cuda::sm90

@@ -106,8 +106,9 @@ struct Fp8ForwardTraits {
   static constexpr int kProducerRegisters = FLASHPP_FP8_PRODUCER_REGISTERS;
   static constexpr int kConsumerRegisters = FLASHPP_FP8_CONSUMER_REGISTERS;
 #else
-  static constexpr int kProducerRegisters = kConsumers == 3 ? 24 : kHeadDim >= 256 || kBlockN > 128 ? 24 : 40;
-  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : kHeadDim >= 256 || kBlockN > 128 ? 240 : 232;
+  static constexpr bool kWideConsumers = kConsumers == 2 && (kHeadDim >= 256 || kBlockN > 128);
+  static constexpr int kProducerRegisters = kConsumers == 3 || kWideConsumers ? 24 : 40;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : kWideConsumers ? 240 : 232;
 #endif
 
   // The P fragment of one k32 step: 4 registers; the tile has kBlockN / 32 steps.
