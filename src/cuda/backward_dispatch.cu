@@ -35,9 +35,9 @@ std::string misaligned_tensor(const detail::BackwardArgs& a) {
 }
 
 // Why the sm90 family cannot run this backward (empty when it can): its device and build, and
-// what it covers so far (the kernel head dims of Sm90BackwardHeadDims in instances.hpp, 64, 96
-// and 128, the deterministic mode at 64 and 128; no softcap, and no deterministic mode with
-// dropout: those run on the sm80 family).
+// what it covers so far (the kernel head dims of Sm90BackwardHeadDims in instances.hpp, 64, 96,
+// 128, 192 and 256, the deterministic mode at 64 and 128; no softcap, and no deterministic mode
+// with dropout: those run on the sm80 family).
 std::string sm90_backward_unsupported(const detail::Problem& pr, bool deterministic) {
   std::string reason = sm90_unavailable_reason(pr.device.index);
   if (!reason.empty()) return reason;

@@ -67,7 +67,7 @@ using Sm80DecodeHeadDims = HeadDims<64, 128, 256>;
 // sm90 (sm_90a only):
 using Sm90ForwardHeadDims = HeadDims<64, 96, 128, 192, 256>;
 using Sm90Fp8ForwardHeadDims = HeadDims<64, 128, 256>;
-using Sm90BackwardHeadDims = HeadDims<64, 96, 128>;
+using Sm90BackwardHeadDims = HeadDims<64, 96, 128, 192, 256>;
 // ---------------------------------------------------------------------------------------------
 
 // The sm90 backward runs at the kernel head dim the workspace was laid out for.
@@ -80,9 +80,10 @@ static_assert(head_dims_subset(Sm90BackwardHeadDims{}, Sm80BackwardHeadDims{}),
 
 // The sm90 backward's deterministic mode computes the block's dQ with each consumer on half of
 // the columns; a half must not cross a 64-column panel of K (the MN-major dQ product starts
-// inside a panel only where it stays in it): kernel head dims 64 and 128, not 96.
+// inside a panel only where it stays in it): kernel head dims 64 and 128, not 96. The wide
+// kernel (192, 256: sm90/backward/wide_kernel.cuh) has no deterministic mode.
 constexpr bool sm90_deterministic_head_dim(int head_dim) {
-  return (head_dim / 2) % 64 == 0 || 64 % (head_dim / 2) == 0;
+  return head_dim <= 128 && ((head_dim / 2) % 64 == 0 || 64 % (head_dim / 2) == 0);
 }
 
 }  // namespace flashpp::cuda

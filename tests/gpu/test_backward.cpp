@@ -232,7 +232,7 @@ TEST(CudaBackward, SmallShapesEveryPath) {
   FLASHPP_SKIP_WITHOUT_GPU();
   std::uint64_t seed = 50;
   for (bool deterministic : {false, true}) {
-    for (std::int64_t D : {64, 136}) {
+    for (std::int64_t D : {64, 136, 200}) {
       AttentionCase c = make_case({1, 70, 150, 2, 1, D}, DType::f16, Layout::bnhd, ++seed);
       c.options.deterministic = deterministic;
       c.options.causal = true;
@@ -385,6 +385,34 @@ TEST(CudaBackward, DropoutMatchesTheReferenceMask) {
   c.options.causal = true;
   c.options.softcap = 3.0f;
   check_case(c);
+}
+
+// The sm90 family's wide kernel (kernel head dims 192 and 256: sm90/backward/wide_kernel.cuh;
+// the sm80 family elsewhere): 64-key blocks cut by Nk, query steps cut by Nq, both causal
+// alignments, windows, GQA, dropout, both layouts, head dims that round up to 192 and 256.
+TEST(CudaBackward, WideHeadDimsEveryFeature) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 750;
+  for (std::int64_t D : {176, 192, 200, 256}) {
+    const DType dt = D % 16 == 0 ? DType::bf16 : DType::f16;
+    AttentionCase c = make_case({2, 130, 257, 4, 2, D}, dt, Layout::bnhd, ++seed);
+    check_case(c);
+    c = make_case({1, 300, 190, 2, 2, D}, dt, Layout::bhnd, ++seed);
+    c.options.causal = true;
+    c.options.alignment = D % 64 == 0 ? Alignment::bottom_right : Alignment::top_left;
+    check_case(c);
+    c = make_case({1, 333, 400, 4, 1, D}, dt, Layout::bnhd, ++seed);
+    c.options.window_left = 70;
+    c.options.window_right = 3;
+    check_case(c);
+    c = make_case({2, 129, 129, 2, 1, D}, dt, Layout::bhnd, ++seed);
+    c.options.dropout_p = 0.3f;
+    c.options.seed = 4321;
+    c.options.offset = 5;
+    c.options.causal = D == 256;
+    check_case(c);
+    if (::testing::Test::HasFailure()) return;  // the first failing case is the useful one
+  }
 }
 
 TEST(CudaBackward, StridedLse) {

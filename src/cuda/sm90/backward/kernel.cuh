@@ -112,6 +112,7 @@ struct Sm90BackwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kDeterministic = kDeterministic_;
   static constexpr bool kDropout = kDropout_;
+  static constexpr bool kWide = false;  // wide_kernel.cuh's traits: true
   static constexpr int kPaddedHeadDim = (kHeadDim + 63) / 64 * 64;
   static constexpr int kPanels = kPaddedHeadDim / 64;
   static constexpr int kConsumers = 2;
@@ -288,14 +289,15 @@ __device__ __forceinline__ void load_backward_tiles(const Sm90BackwardParams& pa
 // Consumer steps
 // ---------------------------------------------------------------------------------------------
 
-// acc = A(64 rows of `a`, K-major) B(`b`, K-major)^T over the head dim (S^T = K Q^T, dP^T = V dO^T).
+// acc = A(64 rows of `a`, K-major) B(`b`, K-major)^T over the head dim (S^T = K Q^T, dP^T = V dO^T):
+// Traits::kQTiles * 8 queries, from the row of the query tile that `b` points at.
 template <typename Traits>
 __device__ __forceinline__ void issue_transposed_scores(float (&acc)[Traits::kQTiles][4],
                                                         const unsigned char* a, const unsigned char* b) {
-  using Mma = ptx::WgmmaShape<Traits::kBlockM, typename Traits::Element>;
+  using Mma = ptx::WgmmaShape<Traits::kQTiles * 8, typename Traits::Element>;
   const std::uint64_t a_desc = ptx::smem_descriptor<ptx::Major::k>(a, 0);
   const std::uint64_t b_desc = ptx::smem_descriptor<ptx::Major::k>(b, 0);
-  auto& d = reinterpret_cast<float(&)[Traits::kBlockM / 2]>(acc);
+  auto& d = reinterpret_cast<float(&)[Traits::kQTiles * 4]>(acc);
 #pragma unroll
   for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
     const std::uint32_t a_step = (kk / 4) * Traits::kKPanelBytes + (kk % 4) * 32;
@@ -319,18 +321,18 @@ __device__ __forceinline__ void issue_key_gradient(float (&acc)[Traits::kDTiles]
   }
 }
 
-// dQ = dS (dS^T in shared memory, read transposed) K (MN-major), over kKeys keys and kDqColumns
+// dQ = dS (dS^T in shared memory, read transposed) K (MN-major), over kKeys keys and kColumns
 // columns starting at column col0 of K (col0 a multiple of 8: inside a 64-column panel the start
 // address moves along the swizzled row, as a K-major k16 step does).
-template <typename Traits, int kKeys>
-__device__ __forceinline__ void issue_query_gradient(float (&acc)[Traits::kDqTiles][4],
+template <typename Traits, int kKeys, int kColumns = Traits::kDqColumns>
+__device__ __forceinline__ void issue_query_gradient(float (&acc)[kColumns / 8][4],
                                                      const unsigned char* ds, const unsigned char* k,
                                                      int col0) {
-  using Mma = ptx::WgmmaShape<Traits::kDqColumns, typename Traits::Element>;
+  using Mma = ptx::WgmmaShape<kColumns, typename Traits::Element>;
   const std::uint64_t a_desc = ptx::smem_descriptor<ptx::Major::mn>(ds, Traits::kDsBytes);
   const std::uint64_t b_desc = ptx::smem_descriptor<ptx::Major::mn>(
       k + (col0 / 64) * Traits::kKPanelBytes + (col0 % 64) * 2, Traits::kKPanelBytes);
-  auto& d = reinterpret_cast<float(&)[Traits::kDqColumns / 2]>(acc);
+  auto& d = reinterpret_cast<float(&)[kColumns / 2]>(acc);
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) {
     Mma::template ss<1, 1>(d, ptx::advance_descriptor(a_desc, kk * 2048),
@@ -693,10 +695,10 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
   }
 }
 
-template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
-    flash_bwd_sm90_kernel(const __grid_constant__ Sm90BackwardParams params) {
-#if FLASHPP_WGMMA_AVAILABLE
+// One block of a backward kernel of Traits: barriers, the register split, the producer's loads
+// (load_backward_tiles), and `consume(smem, tile, consumer)` on each consumer warpgroup.
+template <typename Traits, typename Consume>
+__device__ __forceinline__ void backward_block(const Sm90BackwardParams& params, Consume consume) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   poison_dynamic_smem(smem_raw);  // test builds only (poison.cuh)
   const BackwardShared<Traits> smem{smem_raw};
@@ -716,8 +718,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (threadIdx.x == 0 && tile.steps > 0) load_backward_tiles<Traits>(params, smem, tile);
   } else {
     ptx::claim_registers<Traits::kConsumerRegisters>();
-    consumer_backward<Traits>(params, smem, tile, warpgroup - 1);
+    consume(smem, tile, warpgroup - 1);
   }
+}
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    flash_bwd_sm90_kernel(const __grid_constant__ Sm90BackwardParams params) {
+#if FLASHPP_WGMMA_AVAILABLE
+  backward_block<Traits>(params, [&](const BackwardShared<Traits>& smem, const BackwardTile& tile,
+                                     int consumer) {
+    consumer_backward<Traits>(params, smem, tile, consumer);
+  });
 #endif
 }
 

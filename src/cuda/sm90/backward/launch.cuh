@@ -9,12 +9,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "../../../api/problem.hpp"
 #include "../../common/backward_pre_post.cuh"
 #include "../../common/check_cuda.hpp"
 #include "../../common/tensor_map.hpp"
 #include "kernel.cuh"
+#include "wide_kernel.cuh"
 #include "../../common/occupancy.hpp"
 #include "../../instances.hpp"
 
@@ -23,6 +25,21 @@ namespace flashpp::cuda::sm90 {
 template <typename Element, int kHeadDim>
 void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& args,
                       cudaStream_t stream);
+
+// The kernel of a head dim: kernel.cuh's up to 128, wide_kernel.cuh's (dK, dV transposed) above.
+template <typename Element, int kHeadDim, bool kDeterministic = false, bool kDropout = false>
+using BackwardTraitsFor =
+    std::conditional_t<(kHeadDim > 128), Sm90WideBackwardTraits<Element, kHeadDim, kDropout>,
+                       Sm90BackwardTraits<Element, kHeadDim, kDeterministic, kDropout>>;
+
+template <typename Traits>
+constexpr auto backward_kernel() {
+  if constexpr (Traits::kWide) {
+    return flash_bwd_sm90_wide_kernel<Traits>;
+  } else {
+    return flash_bwd_sm90_kernel<Traits>;
+  }
+}
 
 inline void make_backward_map(CUtensorMap* map, const TensorView& t, DType dtype, int rows,
                               const char* name) {
@@ -54,7 +71,7 @@ Sm90BackwardParams with_tensor_maps(const BackwardParams& params,
 template <typename Traits>
 void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
   const BackwardParams& params = p.args;
-  auto kernel = flash_bwd_sm90_kernel<Traits>;
+  auto kernel = backward_kernel<Traits>();
   constexpr int kSmem = Traits::kSmemBytes;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute (sm90 backward shared memory)");
@@ -90,7 +107,7 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
   // Host work first (tensor maps), then the launches back to back, so the GPU does not wait
   // between them on a small problem.
   Sm90BackwardParams p{};
-  if (params.k_len > 0) p = with_tensor_maps<Sm90BackwardTraits<Element, kHeadDim>>(params, args);
+  if (params.k_len > 0) p = with_tensor_maps<BackwardTraitsFor<Element, kHeadDim>>(params, args);
   launch_preprocess<Element>(params, stream);
   // With keys but no queries the kernel still runs: it loads nothing and writes dK = dV = 0.
   if (params.k_len > 0) {
@@ -100,14 +117,14 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
                    "cudaMemsetAsync (sm90 backward turn counters)");
       }
       if constexpr (sm90_deterministic_head_dim(kHeadDim)) {
-        launch_main<Sm90BackwardTraits<Element, kHeadDim, true>>(p, stream);
+        launch_main<BackwardTraitsFor<Element, kHeadDim, true>>(p, stream);
       } else {
         throw Error(ErrorCode::internal, "sm90 backward: no deterministic mode at this head dim");
       }
     } else if (params.dropout.threshold != 0) {
-      launch_main<Sm90BackwardTraits<Element, kHeadDim, false, true>>(p, stream);
+      launch_main<BackwardTraitsFor<Element, kHeadDim, false, true>>(p, stream);
     } else {
-      launch_main<Sm90BackwardTraits<Element, kHeadDim, false>>(p, stream);
+      launch_main<BackwardTraitsFor<Element, kHeadDim>>(p, stream);
     }
   }
   launch_postprocess<Element>(params, stream);

@@ -1,0 +1,285 @@
+// The sm90 backward at wide head dims (192, 256): dK and dV accumulated transposed.
+//
+// At these head dims the kernel of kernel.cuh does not fit: a consumer owning 64 keys holds dK and
+// dV of 64 keys x D columns in registers (2 x D / 2 floats a thread: 256 at D=256, beside S^T and
+// dP^T), and K, V of 128 keys with two Q/dO stages take 256 KB of shared memory. This kernel keeps
+// the producer and the block's walk of kernel.cuh (backward_block, load_backward_tiles, the same
+// shared-memory accessors) and changes the consumers' split of the work:
+//   one block owns 64 keys (kBlockN); a step is 64 queries (kBlockM); both consumers see all 64
+//   keys, and per step
+//     S^T = K Q^T, dP^T = V dO^T        consumer c the 32 queries [32c, 32c + 32) of the step
+//     P^T, dS^T                          its 64 keys x 32 queries, in registers, as in kernel.cuh
+//     P~^T, dS^T -> shared memory        both halves meet in one 64 x 64 tile each
+//     dV^T += dO^T P~   (consumer 0)     the accumulators are head-dim rows x keys: 64 rows per
+//     dK^T += Q^T dS    (consumer 1)     panel of the head dim, so a thread holds D / 2 floats
+//     dQ = dS K                          consumer 0 the first half of dQ's columns (whole panels),
+//                                        consumer 1 the rest; 16-byte reds into the accumulator
+//   (the head-dim rows of dV^T / dK^T are the M of the product: FlashAttention-3's "swapped" dK/dV
+//   at D=256). P~^T and dS^T go through two buffers, alternating by step: a consumer writes step
+//   i's halves only after both consumers have passed step i-1's meeting, so after their step i-2
+//   products that read the buffer have completed.
+// Shared memory at D=256: K, V 64 KB, two Q/dO stages 128 KB, the P~^T/dS^T buffers 32 KB.
+// Dropout: the decisions of kernel.cuh (dropout_decisions on this consumer's 32-query half). No
+// deterministic mode and no softcap here (backward_dispatch.cu sends those to the sm80 family).
+#pragma once
+
+#include "kernel.cuh"
+
+namespace flashpp::cuda::sm90 {
+
+template <typename Element_, int kHeadDim_, bool kDropout_ = false>
+struct Sm90WideBackwardTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static_assert(kHeadDim % 64 == 0 && kHeadDim >= 128, "whole 64-column panels");
+  static constexpr bool kDeterministic = false;
+  static constexpr bool kDropout = kDropout_;
+  static constexpr bool kWide = true;
+  static constexpr int kPaddedHeadDim = kHeadDim;
+  static constexpr int kPanels = kHeadDim / 64;
+  static constexpr int kConsumers = 2;
+  static constexpr int kBlockN = 64;                       // keys per block
+  static constexpr int kBlockM = 64;                       // queries per step
+  static constexpr int kQueries = kBlockM / kConsumers;    // S^T columns of one consumer
+  static constexpr int kQTiles = kQueries / 8;             // its 8-query column tiles
+  static constexpr int kKeyTiles = kBlockN / 8;            // 8-key column tiles of dV^T, dK^T
+  static constexpr int kStages = 2;                        // Q/dO/lse/delta ring depth
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  // dQ's columns: consumer 0 the first kDqColumns0 (whole panels), consumer 1 the others.
+  static constexpr int kDqColumns0 = (kPanels + 1) / 2 * 64;
+  static constexpr int kDqColumns1 = kHeadDim - kDqColumns0;
+
+  using KTile = SwizzledTile<kBlockN, kHeadDim>;
+  using QTile = SwizzledTile<kBlockM, kHeadDim>;
+  static constexpr int kKPanelBytes = kBlockN * 128;
+  static constexpr int kQPanelBytes = kBlockM * 128;
+  // One 64-key x 64-query tile (one 128-byte-swizzled panel); a buffer holds P~^T, then dS^T
+  // (BackwardShared::ds(buffer, 0) and ds(buffer, 1)).
+  static constexpr int kDsBytes = kBlockN * kBlockM * 2;
+  static constexpr int kDsBufferBytes = 2 * kDsBytes;
+
+  // Byte offsets in shared memory (every tile 1024-byte aligned).
+  static constexpr int kK = 0;
+  static constexpr int kV = kK + KTile::kBytes;
+  static constexpr int kQ = kV + KTile::kBytes;
+  static constexpr int kDo = kQ + kStages * QTile::kBytes;
+  static constexpr int kDs = kDo + kStages * QTile::kBytes;
+  static constexpr int kLseBytes = kStages * kBlockM * 4;  // per array
+  static constexpr int kDqStage = kDs + 2 * kDsBufferBytes;  // no staging area: dQ by reds
+  static constexpr int kDqStageWarpBytes = 0;
+  static constexpr int kLse = kDqStage;
+  static constexpr int kDelta = kLse + kLseBytes;
+  static constexpr int kBarriers = kDelta + kLseBytes;
+  static constexpr int kBarrierCount = 1 + 2 * kStages;
+  static constexpr int kSmemBytes = kBarriers + 8 * kBarrierCount;
+
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one Hopper block");
+};
+
+// acc (the 64 head-dim columns of one panel x the block's 64 keys) += X^T Y over the step's 64
+// queries: X = dO or Q (that panel of the step's tile, read MN-major: its columns are acc's rows),
+// Y^T = P~^T or dS^T (64 keys x 64 queries in shared memory, K-major).
+template <typename Traits>
+__device__ __forceinline__ void issue_transposed_key_gradient(float (&acc)[Traits::kKeyTiles][4],
+                                                              const unsigned char* x_panel,
+                                                              const unsigned char* y_t) {
+  using Mma = ptx::WgmmaShape<Traits::kBlockN, typename Traits::Element>;
+  const std::uint64_t a_desc = ptx::smem_descriptor<ptx::Major::mn>(x_panel, Traits::kQPanelBytes);
+  const std::uint64_t b_desc = ptx::smem_descriptor<ptx::Major::k>(y_t, 0);
+  auto& d = reinterpret_cast<float(&)[Traits::kBlockN / 2]>(acc);
+#pragma unroll
+  for (int kk = 0; kk < Traits::kBlockM / 16; ++kk) {
+    Mma::template ss<1, 0>(d, ptx::advance_descriptor(a_desc, kk * 2048),
+                           ptx::advance_descriptor(b_desc, kk * 32), 1);
+  }
+}
+
+// This thread's part of a consumer's 64-key x 32-query half (S^T accumulator layout: keys
+// warp * 16 + g + 8 (c / 2), queries 8 nt + 2t + c % 2) as 16-bit pairs into a 64 x 64 tile at
+// query column `q0` (128-byte rows, the chunk index XORed with row % 8).
+template <typename Traits>
+__device__ __forceinline__ void store_half_tile(unsigned char* tile, const float (&x)[Traits::kQTiles][4],
+                                                int q0, int warp, int g, int t) {
+#pragma unroll
+  for (int nt = 0; nt < Traits::kQTiles; ++nt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = warp * 16 + g + 8 * half, chunk = q0 / 8 + nt;
+      const int offset = row * 128 + ((chunk ^ (row & 7)) * 16) + t * 4;
+      *reinterpret_cast<std::uint32_t*>(tile + offset) =
+          pack_pair<typename Traits::Element>(x[nt][2 * half], x[nt][2 * half + 1]);
+    }
+}
+
+template <typename Traits>
+__device__ __forceinline__ void consumer_backward_wide(const Sm90BackwardParams& params,
+                                                       const BackwardShared<Traits>& smem,
+                                                       const BackwardTile& tile, int consumer) {
+  using Element = typename Traits::Element;
+  const BackwardParams& p = params.args;
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
+  const int g = lane >> 2, t = lane & 3;
+  constexpr int kHalvesBarrier = 1;                    // both consumers' P~^T and dS^T halves
+  const int q0 = consumer * Traits::kQueries;          // this consumer's first query of a step
+  const std::int64_t key0 = tile.n0 + warp * 16;       // this warp's first key (rows of S^T)
+  constexpr int kDqTiles = Traits::kDqColumns0 / 8;
+  const int dq_tiles = (consumer == 0 ? Traits::kDqColumns0 : Traits::kDqColumns1) / 8;
+  const int dq_col0 = consumer == 0 ? 0 : Traits::kDqColumns0;
+
+  // Consumer 0: dV^T, consumer 1: dK^T; one 64-row block per panel of the head dim.
+  float grad_t[Traits::kPanels][Traits::kKeyTiles][4];
+#pragma unroll
+  for (int panel = 0; panel < Traits::kPanels; ++panel)
+#pragma unroll
+    for (int kt = 0; kt < Traits::kKeyTiles; ++kt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) grad_t[panel][kt][c] = 0.0f;
+
+  if (tile.steps > 0) mbarrier_wait(smem.kv_full(), 0);
+  for (int step = 0; step < tile.steps; ++step) {
+    const int s = step % Traits::kStages;
+    const BackwardStep st = backward_step<Traits>(p, tile, step);
+    const std::uint32_t bh = static_cast<std::uint32_t>(tile.b * p.q_heads + st.h);
+
+    // S^T and dP^T of this consumer's half: two groups, P^T computed while dP^T runs.
+    float s_t[Traits::kQTiles][4], dp_t[Traits::kQTiles][4];
+    mbarrier_wait(smem.step_full(s), static_cast<std::uint32_t>(step / Traits::kStages) & 1u);
+    ptx::wgmma_fence();
+    issue_transposed_scores<Traits>(s_t, smem.k(), smem.q(s) + q0 * 128);
+    ptx::wgmma_commit();
+    issue_transposed_scores<Traits>(dp_t, smem.v(), smem.dout(s) + q0 * 128);
+    ptx::wgmma_commit();
+
+    const bool needs_mask = tile.n0 + Traits::kBlockN > p.k_len ||
+                            (p.mask.active() &&
+                             !p.mask.tile_fully_visible(st.m0, st.m0 + Traits::kBlockM, tile.n0,
+                                                        tile.n0 + Traits::kBlockN));
+    StepKeepSigns<Traits> keep;
+    if constexpr (Traits::kDropout) keep = dropout_decisions<Traits>(p, bh, st.m0 + q0, key0, g, t);
+    auto factor = [&](int nt, int c) {
+      return Traits::kDropout ? dropout_factor<Traits>(keep, nt, c, p.dropout.keep_scale) : 1.0f;
+    };
+
+    // recompute_p: P^T = exp2(S^T scale log2e - lse_log2), 0 where masked, in s_t.
+    ptx::wgmma_wait<1>();
+    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kQTiles * 4]>(s_t));
+    auto recompute_p = [&](auto masked) {
+#pragma unroll
+      for (int nt = 0; nt < Traits::kQTiles; ++nt) {
+        const float2 lse = *reinterpret_cast<const float2*>(smem.lse(s) + q0 + nt * 8 + 2 * t);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          float prob = fast_exp2(fmaf(s_t[nt][c], p.scale_log2, -((c & 1) ? lse.y : lse.x)));
+          if (decltype(masked)::value) {
+            const std::int64_t j = key0 + g + 8 * (c >> 1), i = st.m0 + q0 + 8 * nt + 2 * t + (c & 1);
+            if (j >= p.k_len || !p.mask.visible(i, j)) prob = 0.0f;
+          }
+          s_t[nt][c] = prob;
+        }
+      }
+    };
+    if (needs_mask) {
+      recompute_p(std::true_type{});
+    } else {
+      recompute_p(std::false_type{});
+    }
+
+    // score_gradient: dS^T = P^T o (dP^T z - delta) in dp_t; P~^T = P^T z in s_t.
+    ptx::wgmma_wait<0>();
+    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kQTiles * 4]>(dp_t));
+#pragma unroll
+    for (int nt = 0; nt < Traits::kQTiles; ++nt) {
+      const float2 delta = *reinterpret_cast<const float2*>(smem.delta(s) + q0 + nt * 8 + 2 * t);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const ScoreGradient grad = element_score_gradient<Traits::kDropout>(
+            s_t[nt][c], dp_t[nt][c], (c & 1) ? delta.y : delta.x, factor(nt, c));
+        s_t[nt][c] = grad.p_dropped;
+        dp_t[nt][c] = grad.ds;
+      }
+    }
+
+    // Both halves into this step's buffer, then meet the other consumer.
+    const int buffer = step & 1;
+    store_half_tile<Traits>(smem.ds(buffer, 0), s_t, q0, warp, g, t);
+    store_half_tile<Traits>(smem.ds(buffer, 1), dp_t, q0, warp, g, t);
+    ptx::fence_shared_to_async();
+    ptx::named_barrier_sync(kHalvesBarrier, 128 * Traits::kConsumers);
+
+    // accumulate_dv (consumer 0: dO^T P~) or accumulate_dk (consumer 1: Q^T dS), and this
+    // consumer's columns of dQ = dS K, in one group.
+    const unsigned char* x = consumer == 0 ? smem.dout(s) : smem.q(s);
+    const unsigned char* y_t = smem.ds(buffer, consumer);
+    float dq[kDqTiles][4];
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int panel = 0; panel < Traits::kPanels; ++panel)
+      issue_transposed_key_gradient<Traits>(grad_t[panel], x + panel * Traits::kQPanelBytes, y_t);
+    if constexpr (Traits::kDqColumns0 == Traits::kDqColumns1) {
+      issue_query_gradient<Traits, Traits::kBlockN, Traits::kDqColumns0>(dq, smem.ds(buffer, 1),
+                                                                         smem.k(), dq_col0);
+    } else if (consumer == 0) {
+      issue_query_gradient<Traits, Traits::kBlockN, Traits::kDqColumns0>(dq, smem.ds(buffer, 1),
+                                                                         smem.k(), 0);
+    } else {
+      issue_query_gradient<Traits, Traits::kBlockN, Traits::kDqColumns1>(
+          reinterpret_cast<float(&)[Traits::kDqColumns1 / 8][4]>(dq), smem.ds(buffer, 1), smem.k(),
+          Traits::kDqColumns0);
+    }
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kPanels * Traits::kBlockN / 2]>(grad_t));
+    ptx::fence_registers(reinterpret_cast<float(&)[kDqTiles * 4]>(dq));
+    release_step(smem.step_empty(s), lane, 0);
+
+    // accumulate_dq: 16-byte reds into the fragment-ordered float32 accumulator, this warp's 16
+    // rows x this consumer's columns.
+    const std::int64_t row_block = (st.m0 + warp * 16) / 16;
+#pragma unroll
+    for (int dt = 0; dt < kDqTiles; ++dt) {
+      if (dt < dq_tiles) {
+        dq_accum_add_fragment(dq_accum_block(p, tile.b * p.q_heads + st.h, row_block,
+                                             dq_col0 / 8 + dt, p.accum_width),
+                              lane, dq[dt]);
+      }
+    }
+  }
+
+  // dV (consumer 0) or dK = scale * dK^T's transpose (consumer 1): element (head-dim column d,
+  // key j) of the accumulators, every key below k_len and column below head_dim.
+  const bool is_dv = consumer == 0;
+  Element* out = static_cast<Element*>(is_dv ? p.dv : p.dk) +
+                 tile.b * (is_dv ? p.dv_strides.batch : p.dk_strides.batch) +
+                 tile.h_kv * (is_dv ? p.dv_strides.head : p.dk_strides.head);
+  const std::int64_t row_stride = is_dv ? p.dv_strides.row : p.dk_strides.row;
+  const float scale = is_dv ? 1.0f : p.scale;
+#pragma unroll
+  for (int panel = 0; panel < Traits::kPanels; ++panel)
+#pragma unroll
+    for (int kt = 0; kt < Traits::kKeyTiles; ++kt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int d = panel * 64 + warp * 16 + g + 8 * (c >> 1);
+        const std::int64_t j = tile.n0 + kt * 8 + 2 * t + (c & 1);
+        if (j < p.k_len && d < p.head_dim) {
+          const std::uint32_t pair = pack_pair<Element>(grad_t[panel][kt][c] * scale, 0.0f);
+          *reinterpret_cast<std::uint16_t*>(out + j * row_stride + d) =
+              static_cast<std::uint16_t>(pair & 0xFFFFu);
+        }
+      }
+}
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    flash_bwd_sm90_wide_kernel(const __grid_constant__ Sm90BackwardParams params) {
+#if FLASHPP_WGMMA_AVAILABLE
+  backward_block<Traits>(params, [&](const BackwardShared<Traits>& smem, const BackwardTile& tile,
+                                     int consumer) {
+    consumer_backward_wide<Traits>(params, smem, tile, consumer);
+  });
+#endif
+}
+
+}  // namespace flashpp::cuda::sm90
