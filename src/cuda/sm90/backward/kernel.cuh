@@ -100,6 +100,18 @@ constexpr bool kSplitMask = FLASHPP_SM90_BWD_SPLIT_MASK != 0;
 #ifndef FLASHPP_SM90_BWD_DQ_BULK
 #define FLASHPP_SM90_BWD_DQ_BULK 1
 #endif
+// Staging areas of the bulk dQ per warp (1 or 2): with 2 a step writes its dQ while the previous
+// step's reduce may still be reading the other area, instead of waiting for that read.
+#ifndef FLASHPP_SM90_BWD_DQ_STAGES
+#define FLASHPP_SM90_BWD_DQ_STAGES 2
+#endif
+
+// 0: no dQ additions at all, in either sm90 backward kernel: a timing experiment only (how much
+// of a step the additions cost); dQ comes out wrong. Default 1.
+#ifndef FLASHPP_SM90_BWD_DQ_ADDS
+#define FLASHPP_SM90_BWD_DQ_ADDS 1
+#endif
+constexpr bool kDqAdds = FLASHPP_SM90_BWD_DQ_ADDS != 0;
 
 struct Sm90BackwardParams {
   BackwardParams args;
@@ -135,6 +147,7 @@ struct Sm90BackwardTraits {
   // A warp's dQ part of a step: 16 rows x kDqColumns, in the accumulator's order (dq_accum.cuh).
   static constexpr int kDqStageWarpBytes = kDqTiles * kDqAccumBlockFloats * 4;
 
+
   using KTile = SwizzledTile<kBlockN, kPaddedHeadDim>;
   using QTile = SwizzledTile<kBlockM, kPaddedHeadDim>;
   static constexpr int kKPanelBytes = kBlockN * 128;
@@ -150,7 +163,15 @@ struct Sm90BackwardTraits {
   static constexpr int kDs = kDo + kStages * QTile::kBytes;
   static constexpr int kLseBytes = kStages * kBlockM * 4;  // per array
   static constexpr int kDqStage = kDs + kDsBuffers * kDsBufferBytes;
-  static constexpr int kLse = kDqStage + (kDqBulk ? 4 * kConsumers * kDqStageWarpBytes : 0);
+  // Staging areas per warp, used by steps in turn (FLASHPP_SM90_BWD_DQ_STAGES) where two fit
+  // beside lse, delta and the barriers (D 64 and 128; one at 96).
+  static constexpr int kDqStageSetBytes = 4 * kConsumers * kDqStageWarpBytes;
+  static constexpr int kDqStageBuffers =
+      FLASHPP_SM90_BWD_DQ_STAGES >= 2 &&
+              kDqStage + 2 * kDqStageSetBytes + 2 * kStages * kBlockM * 4 + 8 * (1 + 2 * kStages) <= 227 * 1024
+          ? 2
+          : 1;
+  static constexpr int kLse = kDqStage + (kDqBulk ? kDqStageBuffers * kDqStageSetBytes : 0);
   static constexpr int kDelta = kLse + kLseBytes;
   static constexpr int kBarriers = kDelta + kLseBytes;
   static constexpr int kBarrierCount = 1 + 2 * kStages;  // K/V full; per stage step full, empty
@@ -174,8 +195,9 @@ struct BackwardShared {
   __device__ unsigned char* ds(int buffer, int c) const {
     return at(Traits::kDs + buffer * Traits::kDsBufferBytes + c * Traits::kDsBytes);
   }
-  __device__ float* dq_stage(int consumer, int warp) const {
-    return reinterpret_cast<float*>(at(Traits::kDqStage + (consumer * 4 + warp) * Traits::kDqStageWarpBytes));
+  __device__ float* dq_stage(int consumer, int warp, int buffer) const {
+    return reinterpret_cast<float*>(
+        at(Traits::kDqStage + ((buffer * Traits::kConsumers + consumer) * 4 + warp) * Traits::kDqStageWarpBytes));
   }
   __device__ float* lse(int s) const { return reinterpret_cast<float*>(at(Traits::kLse + s * Traits::kBlockM * 4)); }
   __device__ float* delta(int s) const { return reinterpret_cast<float*>(at(Traits::kDelta + s * Traits::kBlockM * 4)); }
@@ -421,6 +443,38 @@ __device__ __forceinline__ void release_step(std::uint64_t* empty, int lane, int
   }
 }
 
+// accumulate_dq of one warp: its 16 rows (row block `row_block`) x kTiles 8-column tiles from
+// column tile dt0 added into the fragment-ordered float32 accumulator (common/dq_accum.cuh, shared
+// with the sm80 family and its postprocess). kBulk: staged in `stage` (the warp's own area of
+// kTiles accumulator blocks), then one bulk reduce-add by lane 0 (the accumulator blocks of the
+// warp's rows and columns are consecutive); the area is written again only once the previous
+// reduce has read it, and the block waits for its last reduces before it ends (bulk_wait).
+// Otherwise one 16-byte red per fragment, no barrier. kStageBuffers: the warp's areas, used by
+// its steps in turn: an area is rewritten once the reduce of kStageBuffers steps ago has read it.
+template <bool kBulk, int kStageBuffers = 1, int kTiles>
+__device__ __forceinline__ void add_warp_dq(const BackwardParams& p, std::int64_t bh,
+                                            std::int64_t row_block, int dt0,
+                                            const float (&dq)[kTiles][4], float* stage, int lane) {
+  if constexpr (kBulk) {
+    if (lane == 0) bulk_wait_read<kStageBuffers - 1>();
+    __syncwarp();
+#pragma unroll
+    for (int dt = 0; dt < kTiles; ++dt) dq_accum_stage_fragment(stage + dt * kDqAccumBlockFloats, lane, dq[dt]);
+    ptx::fence_shared_to_async();
+    __syncwarp();
+    if (lane == 0) {
+      bulk_reduce_add(dq_accum_block(p, bh, row_block, dt0, p.accum_width), stage,
+                      kTiles * kDqAccumBlockFloats * 4);
+      bulk_commit();
+    }
+  } else {
+    (void)stage;
+#pragma unroll
+    for (int dt = 0; dt < kTiles; ++dt)
+      dq_accum_add_fragment(dq_accum_block(p, bh, row_block, dt0 + dt, p.accum_width), lane, dq[dt]);
+  }
+}
+
 // `own` where kPipeline gives P^T and dS^T arrays of their own, else `shared` (the score
 // registers, overwritten in place).
 template <bool kPipeline, typename Own, typename Shared>
@@ -633,23 +687,12 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     const std::int64_t bh = tile.b * p.q_heads + st.h;
     const std::int64_t row_block = (st.m0 + warp * 16) / 16;
     const int dt0 = Traits::kBlockDq ? consumer * Traits::kDqTiles : 0;
-    if constexpr (Traits::kDqBulk) {
-      // Staged, then one bulk reduce-add by lane 0 (the accumulator blocks of the warp's rows and
-      // columns are consecutive). The staging area is written again only once the previous
-      // step's reduce has read it.
-      float* stage = smem.dq_stage(consumer, warp);
-      if (lane == 0) bulk_wait_read<0>();
-      __syncwarp();
-#pragma unroll
-      for (int dt = 0; dt < Traits::kDqTiles; ++dt)
-        dq_accum_stage_fragment(stage + dt * kDqAccumBlockFloats, lane, dq[dt]);
-      ptx::fence_shared_to_async();
-      __syncwarp();
-      if (lane == 0) {
-        bulk_reduce_add(dq_accum_block(p, bh, row_block, dt0, p.accum_width), stage,
-                        Traits::kDqStageWarpBytes);
-        bulk_commit();
-      }
+    if constexpr (!kDqAdds) {
+      (void)row_block;
+      (void)dt0;
+    } else if constexpr (Traits::kDqBulk) {
+      add_warp_dq<true, Traits::kDqStageBuffers>(
+          p, bh, row_block, dt0, dq, smem.dq_stage(consumer, warp, step % Traits::kDqStageBuffers), lane);
     } else {
       // One 16-byte red per fragment, no barrier.
       int* turns = Traits::kDeterministic ? p.dq_turns + bh * (p.rows_padded / 64) + st.m0 / 64 : nullptr;
@@ -657,11 +700,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
         if (threadIdx.x % 128 == 0) ptx::wait_turn(turns, dq_turn<Traits>(p, tile, st));
         ptx::named_barrier_sync(turn_barrier, 128);
       }
-#pragma unroll
-      for (int dt = 0; dt < Traits::kDqTiles; ++dt) {
-        dq_accum_add_fragment(dq_accum_block(p, bh, row_block, dt0 + dt, p.accum_width), lane,
-                              dq[dt]);
-      }
+      add_warp_dq<false>(p, bh, row_block, dt0, dq, nullptr, lane);
       if constexpr (Traits::kDeterministic) {
         ptx::named_barrier_sync(turn_barrier, 128);  // every thread's additions, then the release
         if (threadIdx.x % 128 == 0) ptx::pass_turn(turns);

@@ -27,6 +27,19 @@
 
 namespace flashpp::cuda::sm90 {
 
+// Across steps (1): the next step's S^T and dP^T (one wgmma group) are issued as soon as this
+// step's dQ product has landed, and run behind its dV^T / dK^T product while the consumers add dQ
+// and release the step; 0: each step issues its own S^T and dP^T at its top; -1: by head dim, on
+// at 192 only (H100, session 18 run 3, bf16 N=8192: +27% / +30% at D=192, -6% / -4% at 256).
+#ifndef FLASHPP_SM90_BWD_WIDE_PIPELINE
+#define FLASHPP_SM90_BWD_WIDE_PIPELINE -1
+#endif
+// dQ into the float32 accumulator staged in shared memory and added by bulk reduce-adds (1), where
+// the staging areas fit (D=192), or by 16-byte reds from registers (0).
+#ifndef FLASHPP_SM90_BWD_WIDE_DQ_BULK
+#define FLASHPP_SM90_BWD_WIDE_DQ_BULK 0
+#endif
+
 template <typename Element_, int kHeadDim_, bool kDropout_ = false>
 struct Sm90WideBackwardTraits {
   using Element = Element_;
@@ -65,9 +78,18 @@ struct Sm90WideBackwardTraits {
   static constexpr int kDo = kQ + kStages * QTile::kBytes;
   static constexpr int kDs = kDo + kStages * QTile::kBytes;
   static constexpr int kLseBytes = kStages * kBlockM * 4;  // per array
-  static constexpr int kDqStage = kDs + 2 * kDsBufferBytes;  // no staging area: dQ by reds
-  static constexpr int kDqStageWarpBytes = 0;
-  static constexpr int kLse = kDqStage;
+  static constexpr int kDqStage = kDs + 2 * kDsBufferBytes;
+  // dQ staging for the bulk reduce-adds: a warp's 16 rows x its consumer's columns, consumer 0's
+  // four warps first (add_warp_dq).
+  static constexpr int kDqStageWarpBytes0 = kDqColumns0 / 8 * kDqAccumBlockFloats * 4;
+  static constexpr int kDqStageWarpBytes1 = kDqColumns1 / 8 * kDqAccumBlockFloats * 4;
+  static constexpr int kDqStageBytes = 4 * (kDqStageWarpBytes0 + kDqStageWarpBytes1);
+  static constexpr int kFixedBytes = kDqStage + 2 * kLseBytes + 8 * (1 + 2 * kStages);
+  static constexpr bool kDqBulk =
+      FLASHPP_SM90_BWD_WIDE_DQ_BULK != 0 && kFixedBytes + kDqStageBytes <= 227 * 1024;
+  static constexpr bool kPipeline =
+      FLASHPP_SM90_BWD_WIDE_PIPELINE < 0 ? kHeadDim < 256 : FLASHPP_SM90_BWD_WIDE_PIPELINE != 0;
+  static constexpr int kLse = kDqStage + (kDqBulk ? kDqStageBytes : 0);
   static constexpr int kDelta = kLse + kLseBytes;
   static constexpr int kBarriers = kDelta + kLseBytes;
   static constexpr int kBarrierCount = 1 + 2 * kStages;
@@ -125,7 +147,6 @@ __device__ __forceinline__ void consumer_backward_wide(const Sm90BackwardParams&
   const int q0 = consumer * Traits::kQueries;          // this consumer's first query of a step
   const std::int64_t key0 = tile.n0 + warp * 16;       // this warp's first key (rows of S^T)
   constexpr int kDqTiles = Traits::kDqColumns0 / 8;
-  const int dq_tiles = (consumer == 0 ? Traits::kDqColumns0 : Traits::kDqColumns1) / 8;
   const int dq_col0 = consumer == 0 ? 0 : Traits::kDqColumns0;
 
   // Consumer 0: dV^T, consumer 1: dK^T; one 64-row block per panel of the head dim.
@@ -137,33 +158,57 @@ __device__ __forceinline__ void consumer_backward_wide(const Sm90BackwardParams&
 #pragma unroll
       for (int c = 0; c < 4; ++c) grad_t[panel][kt][c] = 0.0f;
 
-  if (tile.steps > 0) mbarrier_wait(smem.kv_full(), 0);
+  // S^T and dP^T of this consumer's half of a step: two groups where P^T is computed while dP^T
+  // runs; one with kPipeline, issued the step before.
+  float s_t[Traits::kQTiles][4], dp_t[Traits::kQTiles][4];
+  auto issue_scores = [&](int s) {
+    ptx::wgmma_fence();
+    issue_transposed_scores<Traits>(s_t, smem.k(), smem.q(s) + q0 * 128);
+    if constexpr (!Traits::kPipeline) ptx::wgmma_commit();
+    issue_transposed_scores<Traits>(dp_t, smem.v(), smem.dout(s) + q0 * 128);
+    ptx::wgmma_commit();
+  };
+  auto wait_step = [&](int step) {
+    mbarrier_wait(smem.step_full(step % Traits::kStages),
+                  static_cast<std::uint32_t>(step / Traits::kStages) & 1u);
+  };
+  float* dq_stage = reinterpret_cast<float*>(smem.at(
+      Traits::kDqStage + (consumer == 0 ? warp * Traits::kDqStageWarpBytes0
+                                        : 4 * Traits::kDqStageWarpBytes0 + warp * Traits::kDqStageWarpBytes1)));
+
+  if (tile.steps > 0) {
+    mbarrier_wait(smem.kv_full(), 0);
+    if constexpr (Traits::kPipeline) {
+      wait_step(0);
+      issue_scores(0);
+    }
+  }
   for (int step = 0; step < tile.steps; ++step) {
     const int s = step % Traits::kStages;
     const BackwardStep st = backward_step<Traits>(p, tile, step);
-    const std::uint32_t bh = static_cast<std::uint32_t>(tile.b * p.q_heads + st.h);
-
-    // S^T and dP^T of this consumer's half: two groups, P^T computed while dP^T runs.
-    float s_t[Traits::kQTiles][4], dp_t[Traits::kQTiles][4];
-    mbarrier_wait(smem.step_full(s), static_cast<std::uint32_t>(step / Traits::kStages) & 1u);
-    ptx::wgmma_fence();
-    issue_transposed_scores<Traits>(s_t, smem.k(), smem.q(s) + q0 * 128);
-    ptx::wgmma_commit();
-    issue_transposed_scores<Traits>(dp_t, smem.v(), smem.dout(s) + q0 * 128);
-    ptx::wgmma_commit();
+    const std::int64_t bh = tile.b * p.q_heads + st.h;
+    if constexpr (Traits::kPipeline) {
+      ptx::wgmma_wait<0>();
+      ptx::fence_registers(reinterpret_cast<float(&)[Traits::kQTiles * 4]>(dp_t));
+    } else {
+      wait_step(step);
+      issue_scores(s);
+    }
 
     const bool needs_mask = tile.n0 + Traits::kBlockN > p.k_len ||
                             (p.mask.active() &&
                              !p.mask.tile_fully_visible(st.m0, st.m0 + Traits::kBlockM, tile.n0,
                                                         tile.n0 + Traits::kBlockN));
     StepKeepSigns<Traits> keep;
-    if constexpr (Traits::kDropout) keep = dropout_decisions<Traits>(p, bh, st.m0 + q0, key0, g, t);
+    if constexpr (Traits::kDropout) {
+      keep = dropout_decisions<Traits>(p, static_cast<std::uint32_t>(bh), st.m0 + q0, key0, g, t);
+    }
     auto factor = [&](int nt, int c) {
       return Traits::kDropout ? dropout_factor<Traits>(keep, nt, c, p.dropout.keep_scale) : 1.0f;
     };
 
     // recompute_p: P^T = exp2(S^T scale log2e - lse_log2), 0 where masked, in s_t.
-    ptx::wgmma_wait<1>();
+    if constexpr (!Traits::kPipeline) ptx::wgmma_wait<1>();
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kQTiles * 4]>(s_t));
     auto recompute_p = [&](auto masked) {
 #pragma unroll
@@ -187,7 +232,7 @@ __device__ __forceinline__ void consumer_backward_wide(const Sm90BackwardParams&
     }
 
     // score_gradient: dS^T = P^T o (dP^T z - delta) in dp_t; P~^T = P^T z in s_t.
-    ptx::wgmma_wait<0>();
+    if constexpr (!Traits::kPipeline) ptx::wgmma_wait<0>();
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kQTiles * 4]>(dp_t));
 #pragma unroll
     for (int nt = 0; nt < Traits::kQTiles; ++nt) {
@@ -208,15 +253,11 @@ __device__ __forceinline__ void consumer_backward_wide(const Sm90BackwardParams&
     ptx::fence_shared_to_async();
     ptx::named_barrier_sync(kHalvesBarrier, 128 * Traits::kConsumers);
 
-    // accumulate_dv (consumer 0: dO^T P~) or accumulate_dk (consumer 1: Q^T dS), and this
-    // consumer's columns of dQ = dS K, in one group.
-    const unsigned char* x = consumer == 0 ? smem.dout(s) : smem.q(s);
-    const unsigned char* y_t = smem.ds(buffer, consumer);
+    // This consumer's columns of dQ = dS K (first group), then accumulate_dv (consumer 0:
+    // dO^T P~) or accumulate_dk (consumer 1: Q^T dS) (second group): dQ is added while the
+    // second runs.
     float dq[kDqTiles][4];
     ptx::wgmma_fence();
-#pragma unroll
-    for (int panel = 0; panel < Traits::kPanels; ++panel)
-      issue_transposed_key_gradient<Traits>(grad_t[panel], x + panel * Traits::kQPanelBytes, y_t);
     if constexpr (Traits::kDqColumns0 == Traits::kDqColumns1) {
       issue_query_gradient<Traits, Traits::kBlockN, Traits::kDqColumns0>(dq, smem.ds(buffer, 1),
                                                                          smem.k(), dq_col0);
@@ -229,22 +270,47 @@ __device__ __forceinline__ void consumer_backward_wide(const Sm90BackwardParams&
           Traits::kDqColumns0);
     }
     ptx::wgmma_commit();
-    ptx::wgmma_wait<0>();
-    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kPanels * Traits::kBlockN / 2]>(grad_t));
-    ptx::fence_registers(reinterpret_cast<float(&)[kDqTiles * 4]>(dq));
-    release_step(smem.step_empty(s), lane, 0);
-
-    // accumulate_dq: 16-byte reds into the fragment-ordered float32 accumulator, this warp's 16
-    // rows x this consumer's columns.
-    const std::int64_t row_block = (st.m0 + warp * 16) / 16;
+    const unsigned char* x = consumer == 0 ? smem.dout(s) : smem.q(s);
+    const unsigned char* y_t = smem.ds(buffer, consumer);
 #pragma unroll
-    for (int dt = 0; dt < kDqTiles; ++dt) {
-      if (dt < dq_tiles) {
-        dq_accum_add_fragment(dq_accum_block(p, tile.b * p.q_heads + st.h, row_block,
-                                             dq_col0 / 8 + dt, p.accum_width),
-                              lane, dq[dt]);
+    for (int panel = 0; panel < Traits::kPanels; ++panel)
+      issue_transposed_key_gradient<Traits>(grad_t[panel], x + panel * Traits::kQPanelBytes, y_t);
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<1>();
+    ptx::fence_registers(reinterpret_cast<float(&)[kDqTiles * 4]>(dq));
+
+    // accumulate_dq: this warp's 16 rows x this consumer's columns (add_warp_dq).
+    const std::int64_t row_block = (st.m0 + warp * 16) / 16;
+    if constexpr (kDqAdds) {
+      if constexpr (Traits::kDqColumns0 == Traits::kDqColumns1) {
+        add_warp_dq<Traits::kDqBulk>(p, bh, row_block, dq_col0 / 8, dq, dq_stage, lane);
+      } else if (consumer == 0) {
+        add_warp_dq<Traits::kDqBulk>(p, bh, row_block, 0, dq, dq_stage, lane);
+      } else {
+        add_warp_dq<Traits::kDqBulk>(p, bh, row_block, Traits::kDqColumns0 / 8,
+                                     reinterpret_cast<const float(&)[Traits::kDqColumns1 / 8][4]>(dq),
+                                     dq_stage, lane);
       }
     }
+
+    // The next step's S^T and dP^T run behind this step's dV^T / dK^T. The last step issues its
+    // own once more (from its buffers, which nothing refills; waited for after the loop): an
+    // issue on every path keeps s_t and dp_t plain loop-carried values.
+    if constexpr (Traits::kPipeline) {
+      const bool more = step + 1 < tile.steps;
+      if (more) wait_step(step + 1);
+      issue_scores(more ? (step + 1) % Traits::kStages : s);
+      ptx::wgmma_wait<1>();
+    } else {
+      ptx::wgmma_wait<0>();
+    }
+    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kPanels * Traits::kBlockN / 2]>(grad_t));
+    release_step(smem.step_empty(s), lane, 0);
+  }
+  if constexpr (Traits::kPipeline) ptx::wgmma_wait<0>();
+  // The last reduce-adds complete before the block ends (their source is this block's memory).
+  if constexpr (Traits::kDqBulk) {
+    if (lane == 0) bulk_wait<0>();
   }
 
   // dV (consumer 0) or dK = scale * dK^T's transpose (consumer 1): element (head-dim column d,
