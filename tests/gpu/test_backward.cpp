@@ -415,6 +415,20 @@ TEST(CudaBackward, WideHeadDimsEveryFeature) {
   }
 }
 
+// Unmasked calls at kernel head dim 128 over odd and even counts of 128-key tiles, GQA and both
+// layouts: where the sm90 backward pairs neighbouring key tiles to add dQ (FLASHPP_SM90_BWD_PAIR_DQ
+// builds), an odd count runs a pad tile past Nk.
+TEST(CudaBackward, UnmaskedKeyTileCountsOddAndEven) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 780;
+  const AttentionShape shapes[] = {{2, 300, 333, 4, 2, 128}, {1, 200, 512, 2, 1, 128},
+                                   {1, 65, 129, 2, 2, 120}, {2, 64, 1000, 2, 2, 128}};
+  for (const auto& s : shapes) {
+    check_case(make_case(s, seed % 2 ? DType::f16 : DType::bf16, seed % 2 ? Layout::bnhd : Layout::bhnd, ++seed));
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 TEST(CudaBackward, StridedLse) {
   FLASHPP_SKIP_WITHOUT_GPU();
   check_case(make_case({2, 100, 100, 2, 1, 64}, DType::f16, Layout::bnhd, 800), Layout::padded);
