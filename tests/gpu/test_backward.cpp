@@ -416,8 +416,8 @@ TEST(CudaBackward, WideHeadDimsEveryFeature) {
 }
 
 // Unmasked calls at kernel head dim 128 over odd and even counts of 128-key tiles, GQA and both
-// layouts: where the sm90 backward pairs neighbouring key tiles to add dQ (FLASHPP_SM90_BWD_PAIR_DQ
-// builds), an odd count runs a pad tile past Nk.
+// layouts (the block's dQ; session 18's paired key tiles, since removed, ran a pad tile past Nk
+// for odd counts).
 TEST(CudaBackward, UnmaskedKeyTileCountsOddAndEven) {
   FLASHPP_SKIP_WITHOUT_GPU();
   std::uint64_t seed = 780;

@@ -46,7 +46,6 @@
 #include "../../common/score_gradient.cuh"
 #include "../../common/math.cuh"
 #include "../../common/swizzle.cuh"
-#include "../../ptx/cluster.cuh"
 #include "../../ptx/tma.cuh"
 #include "../../ptx/mbarrier.cuh"
 #include "../../ptx/turnstile.cuh"
@@ -107,33 +106,26 @@ constexpr bool kSplitMask = FLASHPP_SM90_BWD_SPLIT_MASK != 0;
 #define FLASHPP_SM90_BWD_DQ_STAGES 2
 #endif
 
-// 0: no dQ additions at all, in either sm90 backward kernel: a timing experiment only (how much
-// of a step the additions cost); dQ comes out wrong. Default 1.
+// 0: no dQ additions at all, in either sm90 backward kernel; 2: kernel.cuh's bulk reduce-adds
+// issued twice (twice the reduction traffic, the same work in the consumers). Timing experiments
+// only (what the additions cost, and whether their L2 traffic is that cost); dQ comes out wrong.
+// Default 1.
 #ifndef FLASHPP_SM90_BWD_DQ_ADDS
 #define FLASHPP_SM90_BWD_DQ_ADDS 1
 #endif
 constexpr bool kDqAdds = FLASHPP_SM90_BWD_DQ_ADDS != 0;
-// Paired blocks' dQ: 1 the pair's sum (pair_add_warp_dq), 2 each block its own as unpaired blocks
-// do (a timing experiment: the cost of the cluster launch alone).
-#ifndef FLASHPP_SM90_BWD_PAIR_DQ_MODE
-#define FLASHPP_SM90_BWD_PAIR_DQ_MODE 1
-#endif
 
 struct Sm90BackwardParams {
   BackwardParams args;
   CUtensorMap q_map, k_map, v_map, dout_map;
 };
 
-template <typename Element_, int kHeadDim_, bool kDeterministic_ = false, bool kDropout_ = false,
-          bool kPaired_ = false>
+template <typename Element_, int kHeadDim_, bool kDeterministic_ = false, bool kDropout_ = false>
 struct Sm90BackwardTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kDeterministic = kDeterministic_;
   static constexpr bool kDropout = kDropout_;
-  // Blocks in clusters of two on neighbouring key tiles, each adding the pair's dQ of half the
-  // columns (pair_add_warp_dq); launched without a mask only (every block walks every query tile).
-  static constexpr bool kPaired = kPaired_;
   static constexpr bool kWide = false;  // wide_kernel.cuh's traits: true
   static constexpr int kPaddedHeadDim = (kHeadDim + 63) / 64 * 64;
   static constexpr int kPanels = kPaddedHeadDim / 64;
@@ -184,15 +176,12 @@ struct Sm90BackwardTraits {
   static constexpr int kLse = kDqStage + (kDqBulk ? kDqStageBuffers * kDqStageSetBytes : 0);
   static constexpr int kDelta = kLse + kLseBytes;
   static constexpr int kBarriers = kDelta + kLseBytes;
-  // K/V full; per stage step full, empty; paired: per warp and staging area pair full, empty.
-  static constexpr int kBarrierCount = 1 + 2 * kStages + (kPaired ? 32 : 0);
+  static constexpr int kBarrierCount = 1 + 2 * kStages;  // K/V full; per stage step full, empty
   static constexpr int kSmemBytes = kBarriers + 8 * kBarrierCount;
 
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one Hopper block");
-  static_assert(!kPaired || (kBlockDq && kDqBulk && kDqStageBuffers == 2 && kConsumers == 2),
-                "paired blocks: the block's dQ, bulk adds, two staging areas, two consumers");
 };
 
 template <typename Traits>
@@ -218,15 +207,6 @@ struct BackwardShared {
   __device__ std::uint64_t* kv_full() const { return barriers(); }
   __device__ std::uint64_t* step_full(int s) const { return barriers() + 1 + s; }
   __device__ std::uint64_t* step_empty(int s) const { return barriers() + 1 + Traits::kStages + s; }
-  // Paired blocks: the partner's dQ of consumer c's warp w has landed in area `buffer`
-  // (pair_full, in the reducing block) / that area may be written again (pair_empty, in the
-  // sending block).
-  __device__ std::uint64_t* pair_full(int consumer, int warp, int buffer) const {
-    return barriers() + 1 + 2 * Traits::kStages + (consumer * 4 + warp) * 2 + buffer;
-  }
-  __device__ std::uint64_t* pair_empty(int consumer, int warp, int buffer) const {
-    return barriers() + 1 + 2 * Traits::kStages + 16 + (consumer * 4 + warp) * 2 + buffer;
-  }
 };
 
 // The work of one block: its key tile, its kv head's query heads, and the query tiles that see
@@ -253,13 +233,7 @@ __device__ __forceinline__ BackwardTile backward_tile(const BackwardParams& p) {
   std::int64_t last_row = last_key - p.mask.shift + p.mask.left;
   first_row = first_row < 0 ? 0 : first_row;
   last_row = last_row > p.q_len - 1 ? p.q_len - 1 : last_row;
-  if constexpr (Traits::kPaired) {
-    // No mask: every query tile, also in a block past k_len (the pad of an odd count of key
-    // tiles), whose keys are all masked and add zeros, so that both blocks of a pair take the
-    // same steps.
-    t.m_begin = 0;
-    t.m_end = (p.q_len + Traits::kBlockM - 1) / Traits::kBlockM;
-  } else if (first_row > last_row) {
+  if (first_row > last_row) {
     t.m_begin = t.m_end = 0;
   } else {
     t.m_begin = first_row / Traits::kBlockM;
@@ -493,6 +467,10 @@ __device__ __forceinline__ void add_warp_dq(const BackwardParams& p, std::int64_
     if (lane == 0) {
       bulk_reduce_add(dq_accum_block(p, bh, row_block, dt0, p.accum_width), stage,
                       kTiles * kDqAccumBlockFloats * 4);
+      if constexpr (FLASHPP_SM90_BWD_DQ_ADDS == 2) {
+        bulk_reduce_add(dq_accum_block(p, bh, row_block, dt0, p.accum_width), stage,
+                        kTiles * kDqAccumBlockFloats * 4);
+      }
       bulk_commit();
     }
   } else {
@@ -500,61 +478,6 @@ __device__ __forceinline__ void add_warp_dq(const BackwardParams& p, std::int64_
 #pragma unroll
     for (int dt = 0; dt < kTiles; ++dt)
       dq_accum_add_fragment(dq_accum_block(p, bh, row_block, dt0 + dt, p.accum_width), lane, dq[dt]);
-  }
-}
-
-// accumulate_dq of one warp in a pair of blocks (Traits::kPaired): the blocks of a cluster of
-// two hold neighbouring key tiles and walk the same steps, and add their dQ together, so that
-// each dQ element crosses to L2 once per 256 keys instead of 128. Block r reduces the rows of
-// warps 2r and 2r + 1 of each consumer (the work stays even between the consumers, which meet
-// every step). A sending warp stores its fragments into the partner's staging area of warp w ^ 2
-// (asynchronous stores that complete on the partner's pair_full(c, w)); the reducing warp w waits
-// for them, adds its own fragments in place, and adds the area to the accumulator with one bulk
-// reduce-add. Once that reduce has read the area (checked a step later), the reducer tells the
-// sender (pair_empty), which waits for it before it writes the area again two steps later.
-__device__ __forceinline__ bool pair_reducer(int warp) {
-  return static_cast<unsigned>(warp >> 1) == ptx::cluster_rank();
-}
-
-template <typename Traits>
-__device__ __forceinline__ void pair_add_warp_dq(const BackwardParams& p, const BackwardShared<Traits>& smem,
-                                                 std::int64_t bh, std::int64_t row_block,
-                                                 const float (&dq)[Traits::kDqTiles][4], int consumer,
-                                                 int warp, int lane, int step) {
-  const unsigned partner = ptx::cluster_rank() ^ 1u;
-  const int buffer = step & 1;
-  const auto phase = static_cast<std::uint32_t>(step >> 1) & 1u;
-  if (!pair_reducer(warp)) {
-    if (step >= 2) mbarrier_wait(smem.pair_empty(consumer, warp, buffer), phase ^ 1u);
-    const std::uint32_t bar = ptx::cluster_address(smem.pair_full(consumer, warp, buffer), partner);
-    const std::uint32_t area = ptx::cluster_address(smem.dq_stage(consumer, warp ^ 2, buffer), partner);
-#pragma unroll
-    for (int dt = 0; dt < Traits::kDqTiles; ++dt) {
-      ptx::st_async_v4(area + (dt * kDqAccumBlockFloats + 4 * lane) * 4,
-                       make_float4(dq[dt][0], dq[dt][1], dq[dt][2], dq[dt][3]), bar);
-    }
-    return;
-  }
-  std::uint64_t* full = smem.pair_full(consumer, warp, buffer);
-  if (lane == 0) ptx::arrive_expect_bytes(full, Traits::kDqStageWarpBytes);
-  mbarrier_wait(full, phase);  // the partner's bytes landed
-  float* area = smem.dq_stage(consumer, warp ^ 2, buffer);
-#pragma unroll
-  for (int dt = 0; dt < Traits::kDqTiles; ++dt) {
-    float4* slot = reinterpret_cast<float4*>(area + dt * kDqAccumBlockFloats) + lane;
-    const float4 a = *slot;
-    *slot = make_float4(a.x + dq[dt][0], a.y + dq[dt][1], a.z + dq[dt][2], a.w + dq[dt][3]);
-  }
-  ptx::fence_shared_to_async();
-  __syncwarp();
-  if (lane == 0) {
-    bulk_reduce_add(dq_accum_block(p, bh, row_block, consumer * Traits::kDqTiles, p.accum_width), area,
-                    Traits::kDqStageWarpBytes);
-    bulk_commit();
-    if (step >= 1) {  // the step before's area has been read: the partner may write it again
-      bulk_wait_read<1>();
-      ptx::remote_arrive(ptx::cluster_address(smem.pair_empty(consumer, warp, buffer ^ 1), partner));
-    }
   }
 }
 
@@ -773,8 +696,6 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     if constexpr (!kDqAdds) {
       (void)row_block;
       (void)dt0;
-    } else if constexpr (Traits::kPaired && FLASHPP_SM90_BWD_PAIR_DQ_MODE == 1) {
-      pair_add_warp_dq<Traits>(p, smem, bh, row_block, dq, consumer, warp, lane, step);
     } else if constexpr (Traits::kDqBulk) {
       add_warp_dq<true, Traits::kDqStageBuffers>(
           p, bh, row_block, dt0, dq, smem.dq_stage(consumer, warp, step % Traits::kDqStageBuffers), lane);
@@ -833,22 +754,9 @@ __device__ __forceinline__ void backward_block(const Sm90BackwardParams& params,
       ptx::mbarrier_init(smem.step_full(s), 1);
       ptx::mbarrier_init(smem.step_empty(s), kStepReleases * Traits::kConsumers);
     }
-    if constexpr (Traits::kPaired) {
-      for (int c = 0; c < 2; ++c)
-        for (int w = 0; w < 4; ++w)
-          for (int b = 0; b < 2; ++b) {
-            ptx::mbarrier_init(smem.pair_full(c, w, b), 1);    // lane 0's expect + the partner's bytes
-            ptx::mbarrier_init(smem.pair_empty(c, w, b), 1);   // the partner warp's lane 0
-          }
-    }
     ptx::fence_barrier_init();
   }
-  // Paired: the partner's barriers are initialised before anything arrives on them.
-  if constexpr (Traits::kPaired) {
-    ptx::cluster_sync();
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
   const int warpgroup = ptx::warpgroup_index();
   if (warpgroup == 0) {
     ptx::release_registers<Traits::kProducerRegisters>();
@@ -857,9 +765,6 @@ __device__ __forceinline__ void backward_block(const Sm90BackwardParams& params,
     ptx::claim_registers<Traits::kConsumerRegisters>();
     consume(smem, tile, warpgroup - 1);
   }
-  // Paired: neither block leaves while the other may still write into its shared memory or
-  // arrive on its barriers.
-  if constexpr (Traits::kPaired) ptx::cluster_sync();
 }
 
 template <typename Traits>

@@ -9,7 +9,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <type_traits>
 
 #include "../../../api/problem.hpp"
@@ -86,58 +85,9 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
   if (kv_heads > 65535) {
     throw Error(ErrorCode::unsupported, "sm90 backward: batch * kv heads above 65535");
   }
-  if constexpr (Traits::kPaired) {
-    // Clusters of two neighbouring key tiles; an odd count gets a pad tile past k_len.
-    const dim3 grid(static_cast<unsigned>((n_blocks + 1) / 2 * 2), static_cast<unsigned>(kv_heads));
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = dim3(Traits::kThreads);
-    config.dynamicSmemBytes = kSmem;
-    config.stream = stream;
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 2;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-#ifdef FLASHPP_PAIR_DEBUG
-    int clusters = -1;
-    cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
-    fprintf(stderr, "pairs: grid %u x %u, max active clusters %d\n", grid.x, grid.y, clusters);
-#endif
-    check_cuda(cudaLaunchKernelEx(&config, kernel, p), "sm90 backward kernel launch (pairs)");
-  } else {
-    const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(kv_heads));
-    kernel<<<grid, Traits::kThreads, kSmem, stream>>>(p);
-    check_launch("sm90 backward kernel launch");
-  }
-}
-
-// Paired blocks (FLASHPP_SM90_BWD_PAIR_DQ, compile definition; kernel.cuh pair_add_warp_dq) where
-// they apply: the block's dQ (D=128), no mask, no dropout, not deterministic.
-#ifndef FLASHPP_SM90_BWD_PAIR_DQ
-#define FLASHPP_SM90_BWD_PAIR_DQ 0
-#endif
-template <typename Element, int kHeadDim>
-constexpr bool pairs_apply() {
-  if constexpr (FLASHPP_SM90_BWD_PAIR_DQ == 0 || kHeadDim > 128) {
-    return false;
-  } else {
-    return Sm90BackwardTraits<Element, kHeadDim>::kBlockDq && Sm90BackwardTraits<Element, kHeadDim>::kDqBulk;
-  }
-}
-
-template <typename Element, int kHeadDim>
-bool launch_paired(const Sm90BackwardParams& p, cudaStream_t stream) {
-  if constexpr (pairs_apply<Element, kHeadDim>()) {
-    if (p.args.mask.active() || p.args.dropout.threshold != 0) return false;
-    launch_main<Sm90BackwardTraits<Element, kHeadDim, false, false, true>>(p, stream);
-    return true;
-  } else {
-    (void)p, (void)stream;
-    return false;
-  }
+  const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(kv_heads));
+  kernel<<<grid, Traits::kThreads, kSmem, stream>>>(p);
+  check_launch("sm90 backward kernel launch");
 }
 
 template <typename Element, int kHeadDim>
@@ -173,7 +123,7 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
       }
     } else if (params.dropout.threshold != 0) {
       launch_main<BackwardTraitsFor<Element, kHeadDim, false, true>>(p, stream);
-    } else if (!launch_paired<Element, kHeadDim>(p, stream)) {
+    } else {
       launch_main<BackwardTraitsFor<Element, kHeadDim>>(p, stream);
     }
   }

@@ -48,7 +48,6 @@ struct Sm90WideBackwardTraits {
   static constexpr bool kDeterministic = false;
   static constexpr bool kDropout = kDropout_;
   static constexpr bool kWide = true;
-  static constexpr bool kPaired = false;
   static constexpr int kPaddedHeadDim = kHeadDim;
   static constexpr int kPanels = kHeadDim / 64;
   static constexpr int kConsumers = 2;
