@@ -741,7 +741,8 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
 }
 
 // One block of a backward kernel of Traits: barriers, the register split, the producer's loads
-// (load_backward_tiles), and `consume(smem, tile, consumer)` on each consumer warpgroup.
+// (load_backward_tiles), and `consume(smem, tile, consumer)` on each consumer warpgroup
+// (flash_bwd_sm90_kernel in launch.cuh picks this file's consumers or wide_kernel.cuh's).
 template <typename Traits, typename Consume>
 __device__ __forceinline__ void backward_block(const Sm90BackwardParams& params, Consume consume) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -765,17 +766,6 @@ __device__ __forceinline__ void backward_block(const Sm90BackwardParams& params,
     ptx::claim_registers<Traits::kConsumerRegisters>();
     consume(smem, tile, warpgroup - 1);
   }
-}
-
-template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
-    flash_bwd_sm90_kernel(const __grid_constant__ Sm90BackwardParams params) {
-#if FLASHPP_WGMMA_AVAILABLE
-  backward_block<Traits>(params, [&](const BackwardShared<Traits>& smem, const BackwardTile& tile,
-                                     int consumer) {
-    consumer_backward<Traits>(params, smem, tile, consumer);
-  });
-#endif
 }
 
 }  // namespace flashpp::cuda::sm90

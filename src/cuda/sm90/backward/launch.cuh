@@ -32,13 +32,21 @@ using BackwardTraitsFor =
     std::conditional_t<(kHeadDim > 128), Sm90WideBackwardTraits<Element, kHeadDim, kDropout>,
                        Sm90BackwardTraits<Element, kHeadDim, kDeterministic, kDropout>>;
 
+// The backward kernel of Traits: one block per key tile (backward_block), with kernel.cuh's
+// consumers or, for the wide traits, wide_kernel.cuh's.
 template <typename Traits>
-constexpr auto backward_kernel() {
-  if constexpr (Traits::kWide) {
-    return flash_bwd_sm90_wide_kernel<Traits>;
-  } else {
-    return flash_bwd_sm90_kernel<Traits>;
-  }
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    flash_bwd_sm90_kernel(const __grid_constant__ Sm90BackwardParams params) {
+#if FLASHPP_WGMMA_AVAILABLE
+  backward_block<Traits>(params, [&](const BackwardShared<Traits>& smem, const BackwardTile& tile,
+                                     int consumer) {
+    if constexpr (Traits::kWide) {
+      consumer_backward_wide<Traits>(params, smem, tile, consumer);
+    } else {
+      consumer_backward<Traits>(params, smem, tile, consumer);
+    }
+  });
+#endif
 }
 
 inline void make_backward_map(CUtensorMap* map, const TensorView& t, DType dtype, int rows,
@@ -71,7 +79,7 @@ Sm90BackwardParams with_tensor_maps(const BackwardParams& params,
 template <typename Traits>
 void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
   const BackwardParams& params = p.args;
-  auto kernel = backward_kernel<Traits>();
+  auto kernel = flash_bwd_sm90_kernel<Traits>;
   constexpr int kSmem = Traits::kSmemBytes;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute (sm90 backward shared memory)");

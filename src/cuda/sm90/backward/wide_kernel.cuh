@@ -337,15 +337,4 @@ __device__ __forceinline__ void consumer_backward_wide(const Sm90BackwardParams&
       }
 }
 
-template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
-    flash_bwd_sm90_wide_kernel(const __grid_constant__ Sm90BackwardParams params) {
-#if FLASHPP_WGMMA_AVAILABLE
-  backward_block<Traits>(params, [&](const BackwardShared<Traits>& smem, const BackwardTile& tile,
-                                     int consumer) {
-    consumer_backward_wide<Traits>(params, smem, tile, consumer);
-  });
-#endif
-}
-
 }  // namespace flashpp::cuda::sm90
