@@ -149,7 +149,6 @@ struct Sm90BackwardTraits {
   // A warp's dQ part of a step: 16 rows x kDqColumns, in the accumulator's order (dq_accum.cuh).
   static constexpr int kDqStageWarpBytes = kDqTiles * kDqAccumBlockFloats * 4;
 
-
   using KTile = SwizzledTile<kBlockN, kPaddedHeadDim>;
   using QTile = SwizzledTile<kBlockM, kPaddedHeadDim>;
   static constexpr int kKPanelBytes = kBlockN * 128;
@@ -164,19 +163,19 @@ struct Sm90BackwardTraits {
   static constexpr int kDo = kQ + kStages * QTile::kBytes;
   static constexpr int kDs = kDo + kStages * QTile::kBytes;
   static constexpr int kLseBytes = kStages * kBlockM * 4;  // per array
+  static constexpr int kBarrierCount = 1 + 2 * kStages;  // K/V full; per stage step full, empty
   static constexpr int kDqStage = kDs + kDsBuffers * kDsBufferBytes;
   // Staging areas per warp, used by steps in turn (FLASHPP_SM90_BWD_DQ_STAGES) where two fit
   // beside lse, delta and the barriers (D 64 and 128; one at 96).
   static constexpr int kDqStageSetBytes = 4 * kConsumers * kDqStageWarpBytes;
   static constexpr int kDqStageBuffers =
       FLASHPP_SM90_BWD_DQ_STAGES >= 2 &&
-              kDqStage + 2 * kDqStageSetBytes + 2 * kStages * kBlockM * 4 + 8 * (1 + 2 * kStages) <= 227 * 1024
+              kDqStage + 2 * kDqStageSetBytes + 2 * kLseBytes + 8 * kBarrierCount <= 227 * 1024
           ? 2
           : 1;
   static constexpr int kLse = kDqStage + (kDqBulk ? kDqStageBuffers * kDqStageSetBytes : 0);
   static constexpr int kDelta = kLse + kLseBytes;
   static constexpr int kBarriers = kDelta + kLseBytes;
-  static constexpr int kBarrierCount = 1 + 2 * kStages;  // K/V full; per stage step full, empty
   static constexpr int kSmemBytes = kBarriers + 8 * kBarrierCount;
 
   static constexpr int kProducerRegisters = 24;

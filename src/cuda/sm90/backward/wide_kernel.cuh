@@ -78,13 +78,14 @@ struct Sm90WideBackwardTraits {
   static constexpr int kDo = kQ + kStages * QTile::kBytes;
   static constexpr int kDs = kDo + kStages * QTile::kBytes;
   static constexpr int kLseBytes = kStages * kBlockM * 4;  // per array
+  static constexpr int kBarrierCount = 1 + 2 * kStages;     // K/V full; per stage step full, empty
   static constexpr int kDqStage = kDs + 2 * kDsBufferBytes;
   // dQ staging for the bulk reduce-adds: a warp's 16 rows x its consumer's columns, consumer 0's
   // four warps first (add_warp_dq).
   static constexpr int kDqStageWarpBytes0 = kDqColumns0 / 8 * kDqAccumBlockFloats * 4;
   static constexpr int kDqStageWarpBytes1 = kDqColumns1 / 8 * kDqAccumBlockFloats * 4;
   static constexpr int kDqStageBytes = 4 * (kDqStageWarpBytes0 + kDqStageWarpBytes1);
-  static constexpr int kFixedBytes = kDqStage + 2 * kLseBytes + 8 * (1 + 2 * kStages);
+  static constexpr int kFixedBytes = kDqStage + 2 * kLseBytes + 8 * kBarrierCount;
   static constexpr bool kDqBulk =
       FLASHPP_SM90_BWD_WIDE_DQ_BULK != 0 && kFixedBytes + kDqStageBytes <= 227 * 1024;
   static constexpr bool kPipeline =
@@ -92,7 +93,6 @@ struct Sm90WideBackwardTraits {
   static constexpr int kLse = kDqStage + (kDqBulk ? kDqStageBytes : 0);
   static constexpr int kDelta = kLse + kLseBytes;
   static constexpr int kBarriers = kDelta + kLseBytes;
-  static constexpr int kBarrierCount = 1 + 2 * kStages;
   static constexpr int kSmemBytes = kBarriers + 8 * kBarrierCount;
 
   static constexpr int kProducerRegisters = 24;
