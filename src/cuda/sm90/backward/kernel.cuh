@@ -480,6 +480,25 @@ __device__ __forceinline__ void add_warp_dq(const BackwardParams& p, std::int64_
   }
 }
 
+// P^T = exp2(S^T scale log2e - lse_log2) of one 8-query tile of a consumer's S^T: key rows
+// key0 + g, key0 + g + 8, query columns query0 + 2 t, + 1 (lse_pair: their lse_log2), zero where
+// `masked` and the key is past Nk or the mask hides the element. prob may alias s.
+template <bool kMaskedAlways>
+__device__ __forceinline__ void recompute_probabilities(float (&prob)[4], const float (&s)[4],
+                                                        float2 lse_pair, const BackwardParams& p,
+                                                        std::int64_t key0, std::int64_t query0,
+                                                        int g, int t, bool masked) {
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    float value = fast_exp2(fmaf(s[c], p.scale_log2, -((c & 1) ? lse_pair.y : lse_pair.x)));
+    if (kMaskedAlways || masked) {
+      const std::int64_t j = key0 + g + 8 * (c >> 1), i = query0 + 2 * t + (c & 1);
+      if (j >= p.k_len || !p.mask.visible(i, j)) value = 0.0f;
+    }
+    prob[c] = value;
+  }
+}
+
 // `own` where kPipeline gives P^T and dS^T arrays of their own, else `shared` (the score
 // registers, overwritten in place).
 template <bool kPipeline, typename Own, typename Shared>
@@ -584,15 +603,9 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       for (int nt = 0; nt < Traits::kQTiles; ++nt) {
         // This thread's two query columns of the tile: one 8-byte load of lse.
         const float2 lse = *reinterpret_cast<const float2*>(smem.lse(s) + nt * 8 + 2 * t);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          float prob = fast_exp2(fmaf(s_t[nt][c], p.scale_log2, -((c & 1) ? lse.y : lse.x)));
-          if (decltype(masked)::value || (!kSplitMask && needs_mask)) {
-            const std::int64_t j = key0 + g + 8 * (c >> 1), i = st.m0 + 8 * nt + 2 * t + (c & 1);
-            if (j >= p.k_len || !p.mask.visible(i, j)) prob = 0.0f;
-          }
-          prob_t[nt][c] = prob;
-        }
+        recompute_probabilities<decltype(masked)::value>(prob_t[nt], s_t[nt], lse, p, key0,
+                                                         st.m0 + 8 * nt, g, t,
+                                                         !kSplitMask && needs_mask);
       }
     };
     if (kSplitMask && needs_mask) {

@@ -214,15 +214,8 @@ __device__ __forceinline__ void consumer_backward_wide(const Sm90BackwardParams&
 #pragma unroll
       for (int nt = 0; nt < Traits::kQTiles; ++nt) {
         const float2 lse = *reinterpret_cast<const float2*>(smem.lse(s) + q0 + nt * 8 + 2 * t);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          float prob = fast_exp2(fmaf(s_t[nt][c], p.scale_log2, -((c & 1) ? lse.y : lse.x)));
-          if (decltype(masked)::value) {
-            const std::int64_t j = key0 + g + 8 * (c >> 1), i = st.m0 + q0 + 8 * nt + 2 * t + (c & 1);
-            if (j >= p.k_len || !p.mask.visible(i, j)) prob = 0.0f;
-          }
-          s_t[nt][c] = prob;
-        }
+        recompute_probabilities<decltype(masked)::value>(s_t[nt], s_t[nt], lse, p, key0,
+                                                         st.m0 + q0 + 8 * nt, g, t, false);
       }
     };
     if (needs_mask) {
