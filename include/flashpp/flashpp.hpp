@@ -119,7 +119,7 @@ struct Options {
   float softcap = 0.0f;
 
   // Dropout on the attention probabilities. The keep mask of element (b, h, i, j) is a pure
-  // function of (seed, offset, b, h, i, j) through Philox4x32-10 (see docs/design.md and
+  // function of (seed, offset, b, h, i, j) through Philox4x32-7 (see docs/design.md and
   // src/common/philox.hpp): the backward regenerates exactly the forward's mask, and every
   // backend produces the same mask.
   float dropout_p = 0.0f;

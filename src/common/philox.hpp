@@ -1,6 +1,11 @@
-// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11) and the
+// Philox4x32 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11) and the
 // dropout keep-mask built on it. Shared verbatim by the CPU and CUDA backends so that both
 // produce the same mask element for element.
+//
+// The mask uses Philox4x32-7: seven rounds, as FlashAttention-2 (and so PyTorch's flash SDPA
+// backend) uses for its dropout. The paper reports Philox4x32 passing TestU01's BigCrush from
+// seven rounds on; ten, Random123's (and C++26's std::philox4x32) default, adds a safety margin.
+// The rounds are most of the dropout's cost on the GPU (docs/perf-notes.md, "Dropout mask v4").
 //
 // The keep decision for attention element (b, h, i, j) of a problem with Hq query heads: one
 // Philox call yields 16 random bytes, which decide 16 elements,
@@ -45,14 +50,16 @@ FLASHPP_HD void philox_mulhilo(std::uint32_t a, std::uint32_t b, std::uint32_t& 
 #endif
 }
 
-FLASHPP_HD PhiloxResult philox4x32_10(std::uint32_t c0, std::uint32_t c1, std::uint32_t c2,
-                                      std::uint32_t c3, std::uint32_t k0, std::uint32_t k1) {
+// Philox4x32 with kRounds rounds (Random123's philox4x32_R): counter (c0..c3), key (k0, k1).
+template <int kRounds>
+FLASHPP_HD PhiloxResult philox4x32(std::uint32_t c0, std::uint32_t c1, std::uint32_t c2,
+                                   std::uint32_t c3, std::uint32_t k0, std::uint32_t k1) {
   constexpr std::uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
   constexpr std::uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-  for (int round = 0; round < 10; ++round) {
+  for (int round = 0; round < kRounds; ++round) {
     std::uint32_t hi0, lo0, hi1, lo1;
     philox_mulhilo(kMul0, c0, hi0, lo0);
     philox_mulhilo(kMul1, c2, hi1, lo1);
@@ -67,6 +74,9 @@ FLASHPP_HD PhiloxResult philox4x32_10(std::uint32_t c0, std::uint32_t c1, std::u
   }
   return PhiloxResult{{c0, c1, c2, c3}};
 }
+
+// The rounds of the dropout mask's calls (see the top of this file).
+inline constexpr int kDropoutPhiloxRounds = 7;
 
 // Everything the dropout mask needs, fixed once per call.
 struct DropoutParams {
@@ -110,7 +120,8 @@ FLASHPP_HD std::uint32_t dropout_counter1(std::uint32_t i) { return ((i >> 4) <<
 
 FLASHPP_HD PhiloxResult dropout_random_bytes(const DropoutParams& d, std::uint32_t bh,
                                              std::uint32_t i, std::uint32_t j) {
-  return philox4x32_10(dropout_counter0(j), dropout_counter1(i), bh, d.counter3, d.key0, d.key1);
+  return philox4x32<kDropoutPhiloxRounds>(dropout_counter0(j), dropout_counter1(i), bh, d.counter3,
+                                          d.key0, d.key1);
 }
 
 // Which word of the call decides element (i, j), and which byte of that word.
@@ -139,9 +150,23 @@ FLASHPP_HD bool dropout_keep_byte(const PhiloxResult& bytes, unsigned index,
 // t <= 128, with x = the byte: x >= t iff x >= 128 or (x mod 128) >= t, and (x | 128) - t is at
 // least 128 exactly when the latter holds, never borrowing from the next byte. For t > 128,
 // x >= t iff not (255 - x >= 256 - t): the same test on the complemented bytes, inverted.
+// On the GPU each bitwise step is one three-input LOP3 of (word, complement, one other value),
+// three instructions a word; written plainly, the compiler keeps word ^ complement in a register
+// of its own and spends a fourth.
 FLASHPP_HD std::uint32_t dropout_keep_signs(std::uint32_t word, const DropoutParams& d) {
-  const std::uint32_t x = word ^ d.complement;
-  return (x | ((x | 0x80808080u) - d.threshold_bytes)) ^ d.complement;
+  const std::uint32_t c = d.complement;
+#if defined(__CUDA_ARCH__)
+  // Truth-table bytes for inputs (a, b, c) = (0xF0, 0xCC, 0xAA): (a ^ b) | c = 0xBE,
+  // ((a ^ b) | c) ^ b = 0x72.
+  std::uint32_t high_set, signs;
+  asm("lop3.b32 %0, %1, %2, %3, 0xBE;" : "=r"(high_set) : "r"(word), "r"(c), "r"(0x80808080u));
+  const std::uint32_t borrow_free = high_set - d.threshold_bytes;
+  asm("lop3.b32 %0, %1, %2, %3, 0x72;" : "=r"(signs) : "r"(word), "r"(c), "r"(borrow_free));
+  return signs;
+#else
+  const std::uint32_t x = word ^ c;
+  return (x | ((x | 0x80808080u) - d.threshold_bytes)) ^ c;
+#endif
 }
 
 // The keep decision of one element (slow path: one Philox call per element).

@@ -182,7 +182,7 @@ TEST(DropoutPhilox, SixteenElementsPerCallAsDefined) {
   int checked = 0;
   for (std::uint32_t i = 0; i < 40; ++i) {
     for (std::uint32_t j = 0; j < 100; ++j) {
-      const auto words = detail::philox4x32_10(4 * (j / 16) + (j % 8) / 2, 4 * (i / 16) + (i % 8) / 2,
+      const auto words = detail::philox4x32<7>(4 * (j / 16) + (j % 8) / 2, 4 * (i / 16) + (i % 8) / 2,
                                                bh, 1234u, 99u, 0u ^ 5u);
       const unsigned word = 2 * (i % 2) + j % 2, byte_in_word = 2 * ((i / 8) % 2) + (j / 8) % 2;
       const std::uint32_t byte = (words.r[word] >> (8 * byte_in_word)) & 0xFF;
@@ -245,18 +245,43 @@ TEST(DropoutPhilox, FourBytesAtOnceMatchTheByteCompare) {
   }
 }
 
-// Philox4x32-10 known-answer vectors (Random123's kat_vectors): a regression guard, since every
-// backend (and any framework comparing masks) must use exactly this generator.
+// Philox4x32 known-answer vectors (Random123's kat_vectors) at 10 rounds and at the mask's 7: a
+// regression guard, since every backend (and any framework comparing masks) must use exactly this
+// generator.
 TEST(DropoutPhilox, KnownAnswerVectors) {
+  static_assert(detail::kDropoutPhiloxRounds == 7, "the mask's rounds (docs and KATs below)");
   {
-    const auto r = detail::philox4x32_10(0, 0, 0, 0, 0, 0);
+    const auto r = detail::philox4x32<7>(0, 0, 0, 0, 0, 0);
+    EXPECT_EQ(r.r[0], 0x5f6fb709u);
+    EXPECT_EQ(r.r[1], 0x0d893f64u);
+    EXPECT_EQ(r.r[2], 0x4f121f81u);
+    EXPECT_EQ(r.r[3], 0x4f730a48u);
+  }
+  {
+    const auto r = detail::philox4x32<7>(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu,
+                                         0xffffffffu, 0xffffffffu);
+    EXPECT_EQ(r.r[0], 0x5207ddc2u);
+    EXPECT_EQ(r.r[1], 0x45165e59u);
+    EXPECT_EQ(r.r[2], 0x4d8ee751u);
+    EXPECT_EQ(r.r[3], 0x8c52f662u);
+  }
+  {
+    const auto r = detail::philox4x32<7>(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u,
+                                         0xa4093822u, 0x299f31d0u);
+    EXPECT_EQ(r.r[0], 0x4dfccabau);
+    EXPECT_EQ(r.r[1], 0x190a87f0u);
+    EXPECT_EQ(r.r[2], 0xc47362bau);
+    EXPECT_EQ(r.r[3], 0xb6b5242au);
+  }
+  {
+    const auto r = detail::philox4x32<10>(0, 0, 0, 0, 0, 0);
     EXPECT_EQ(r.r[0], 0x6627e8d5u);
     EXPECT_EQ(r.r[1], 0xe169c58du);
     EXPECT_EQ(r.r[2], 0xbc57ac4cu);
     EXPECT_EQ(r.r[3], 0x9b00dbd8u);
   }
   {
-    const auto r = detail::philox4x32_10(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu,
+    const auto r = detail::philox4x32<10>(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu,
                                          0xffffffffu, 0xffffffffu);
     EXPECT_EQ(r.r[0], 0x408f276du);
     EXPECT_EQ(r.r[1], 0x41c83b0eu);
@@ -264,7 +289,7 @@ TEST(DropoutPhilox, KnownAnswerVectors) {
     EXPECT_EQ(r.r[3], 0x6d5451fdu);
   }
   {
-    const auto r = detail::philox4x32_10(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u,
+    const auto r = detail::philox4x32<10>(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u,
                                          0xa4093822u, 0x299f31d0u);
     EXPECT_EQ(r.r[0], 0xd16cfe09u);
     EXPECT_EQ(r.r[1], 0x94fdccebu);
