@@ -339,6 +339,35 @@ TEST(CudaBackward, CausalBothAlignments) {
   }
 }
 
+// Keys that no query sees (top-left causal with Nk > Nq; a window under bottom-right alignment
+// hiding the first keys): the sm90 main kernel launches only the key tiles some query sees and
+// zero_key_rows writes dK = dV = 0 on the others (outputs start as NaN: cuda_backward poisons).
+// Trailing and leading unseen tiles, GQA, both layouts, the wide kernel's 64-key tiles, the
+// deterministic mode and dropout.
+TEST(CudaBackward, KeysNoQuerySeesAreZero) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 470;
+  for (std::int64_t D : {64, 128, 192}) {
+    AttentionCase c = make_case({2, 100, 700, 4, 2, D}, DType::f16, Layout::bnhd, ++seed);
+    c.options.causal = true;  // top-left: keys 100.. unseen
+    check_case(c);
+    c = make_case({1, 100, 700, 4, 2, D}, DType::bf16, Layout::bhnd, ++seed);
+    c.options.causal = true;
+    c.options.alignment = Alignment::bottom_right;
+    c.options.window_left = 64;  // keys below 536 unseen
+    check_case(c);
+  }
+  AttentionCase c = make_case({1, 100, 700, 4, 2, 128}, DType::bf16, Layout::bnhd, ++seed);
+  c.options.causal = true;
+  c.options.deterministic = true;
+  check_case(c);
+  c = make_case({1, 100, 700, 2, 1, 64}, DType::f16, Layout::bnhd, ++seed);
+  c.options.causal = true;
+  c.options.dropout_p = 0.2f;
+  c.options.seed = 9;
+  check_case(c);
+}
+
 TEST(CudaBackward, SlidingWindows) {
   FLASHPP_SKIP_WITHOUT_GPU();
   struct W {

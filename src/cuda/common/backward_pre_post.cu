@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -208,7 +209,39 @@ std::int64_t blocks_for(std::int64_t items, int per_block) {
   return (items + per_block - 1) / per_block;
 }
 
+constexpr int kZeroThreads = 256;
+
+// One 16-byte chunk of zeros per thread and step over the rows of one (batch, kv head, tensor):
+// blockIdx.y = batch * kv_heads + head, blockIdx.z = 0 for dK, 1 for dV. Rows r < key_begin are
+// keys r, the others keys key_end + (r - key_begin).
+__global__ void __launch_bounds__(kZeroThreads)
+    zero_key_rows_kernel(const BackwardParams p, std::int64_t key_begin, std::int64_t key_end) {
+  const std::int64_t chunks_per_row = p.head_dim / 8;  // head_dim: a multiple of 8
+  const std::int64_t chunks = (key_begin + p.k_len - key_end) * chunks_per_row;
+  const std::int64_t b = blockIdx.y / p.kv_heads, h = blockIdx.y % p.kv_heads;
+  const RowStrides& s = blockIdx.z == 0 ? p.dk_strides : p.dv_strides;
+  // fp16 and bf16 alike: 16-bit elements.
+  auto* base = static_cast<std::uint16_t*>(blockIdx.z == 0 ? p.dk : p.dv) + b * s.batch + h * s.head;
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * kZeroThreads + threadIdx.x; k < chunks;
+       k += static_cast<std::int64_t>(gridDim.x) * kZeroThreads) {
+    const std::int64_t r = k / chunks_per_row, chunk = k - r * chunks_per_row;
+    const std::int64_t j = r < key_begin ? r : key_end + (r - key_begin);
+    *reinterpret_cast<uint4*>(base + j * s.row + chunk * 8) = make_uint4(0, 0, 0, 0);
+  }
+}
+
 }  // namespace
+
+void launch_zero_key_rows(const BackwardParams& p, std::int64_t key_begin, std::int64_t key_end,
+                          cudaStream_t stream) {
+  const std::int64_t chunks = (key_begin + p.k_len - key_end) * (p.head_dim / 8);
+  const std::int64_t heads = p.batch * p.kv_heads;  // <= 65535 (the main kernel's grid.y)
+  if (chunks <= 0 || heads == 0) return;
+  const std::int64_t blocks = std::min<std::int64_t>(blocks_for(chunks, kZeroThreads), 1024);
+  zero_key_rows_kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(heads), 2),
+                         kZeroThreads, 0, stream>>>(p, key_begin, key_end);
+  check_launch("backward zero_key_rows kernel launch");
+}
 
 template <typename Element>
 void launch_preprocess(const BackwardParams& p, cudaStream_t stream) {

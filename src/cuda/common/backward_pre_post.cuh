@@ -6,9 +6,12 @@
 //                (non-deterministic mode)
 //   postprocess: dq = scale * dq_accum, converted to the storage dtype; the split units' dK, dV
 //                (tail_split.hpp) from their float32 sums
+//   zero_key_rows: dK = dV = 0 on the keys no query sees (the sm90 main kernel skips them)
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "backward_params.hpp"
 
@@ -19,5 +22,11 @@ void launch_preprocess(const BackwardParams& p, cudaStream_t stream);
 
 template <typename Element>
 void launch_postprocess(const BackwardParams& p, cudaStream_t stream);
+
+// dK = dV = 0 on the key rows [0, key_begin) and [key_end, Nk) of every (batch, kv head): keys that
+// no query sees, whose blocks the sm90 main kernel leaves out of its launch. Nothing when both
+// ranges are empty.
+void launch_zero_key_rows(const BackwardParams& p, std::int64_t key_begin, std::int64_t key_end,
+                          cudaStream_t stream);
 
 }  // namespace flashpp::cuda

@@ -225,7 +225,7 @@ __device__ __forceinline__ BackwardTile backward_tile(const BackwardParams& p) {
   const std::int64_t bh_kv = item.head;
   t.b = bh_kv / p.kv_heads;
   t.h_kv = bh_kv % p.kv_heads;
-  t.n0 = item.rank * Traits::kBlockN;
+  t.n0 = (item.rank + p.key_tile_offset) * Traits::kBlockN;
   // Rows i that see a key j in [n0, last]: -left <= j - (i + shift) <= right.
   const std::int64_t last_key = (t.n0 + Traits::kBlockN < p.k_len ? t.n0 + Traits::kBlockN : p.k_len) - 1;
   std::int64_t first_row = t.n0 - p.mask.shift - p.mask.right;

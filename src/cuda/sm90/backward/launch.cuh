@@ -1,7 +1,8 @@
 // Launches one instantiation (element type x head dim) of the sm90 backward: preprocess (shared
 // with the sm80 family: delta, lse in log2 units, the dQ accumulator zeroed), the main kernel
-// (tensor maps, grid of key tiles x batch*kv heads, longest first under a mask), and the dQ
-// postprocess (also the sm80 family's: the accumulator is fragment-ordered, common/dq_accum.cuh).
+// (tensor maps, grid of the key tiles some query sees x batch*kv heads, longest first under a
+// mask; dK = dV = 0 filled in on the other keys), and the dQ postprocess (also the sm80 family's:
+// the accumulator is fragment-ordered, common/dq_accum.cuh).
 // Each sm90_bwd_*.cu instance (src/cuda/instances.cmake) instantiates run_backward_for for one
 // (Element, kHeadDim).
 #pragma once
@@ -75,15 +76,37 @@ Sm90BackwardParams with_tensor_maps(const BackwardParams& params,
   return p;
 }
 
-// The main kernel of Traits over every (key tile, batch * kv head).
+// The key tiles [first, last) that some query sees. The others (top-left causal with Nk > Nq,
+// windows, no query at all) would only write dK = dV = 0.
+struct KeyTileSpan {
+  std::int64_t first = 0, last = 0;
+};
+
+inline KeyTileSpan visible_key_tiles(const BackwardParams& p, std::int64_t block_n) {
+  const std::int64_t tiles = (p.k_len + block_n - 1) / block_n;
+  if (p.q_len == 0 || tiles == 0) return {};
+  if (!p.mask.active()) return {0, tiles};
+  // first_key and last_key grow with the row: rows 0 and Nq - 1 bound every row's keys.
+  const std::int64_t lo = p.mask.first_key(0), hi = p.mask.last_key(p.q_len - 1, p.k_len);
+  if (hi < lo || hi < 0 || lo >= p.k_len) return {};
+  return {lo / block_n, hi / block_n + 1};
+}
+
+// The main kernel of Traits over the key tiles some query sees x batch * kv heads; dK = dV = 0
+// written on the other keys.
 template <typename Traits>
 void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
   const BackwardParams& params = p.args;
+  const KeyTileSpan span = visible_key_tiles(params, Traits::kBlockN);
+  launch_zero_key_rows(params, span.first * Traits::kBlockN,
+                       std::min(span.last * Traits::kBlockN, params.k_len), stream);
+  if (span.last == span.first) return;
+  p.args.key_tile_offset = span.first;
   auto kernel = flash_bwd_sm90_kernel<Traits>;
   constexpr int kSmem = Traits::kSmemBytes;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute (sm90 backward shared memory)");
-  const std::int64_t n_blocks = (params.k_len + Traits::kBlockN - 1) / Traits::kBlockN;
+  const std::int64_t n_blocks = span.last - span.first;
   const std::int64_t kv_heads = params.batch * params.kv_heads;
   // The deterministic mode needs the key tiles of a head to start in rank order (a block waits
   // for the blocks of lower rank): block_item keeps rank order within a head either way.
@@ -117,7 +140,7 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
   Sm90BackwardParams p{};
   if (params.k_len > 0) p = with_tensor_maps<BackwardTraitsFor<Element, kHeadDim>>(params, args);
   launch_preprocess<Element>(params, stream);
-  // With keys but no queries the kernel still runs: it loads nothing and writes dK = dV = 0.
+  // With keys but no queries launch_main writes dK = dV = 0 without the main kernel.
   if (params.k_len > 0) {
     if (args.deterministic) {
       if (turns > 0) {
