@@ -97,6 +97,10 @@ inline KeyTileSpan visible_key_tiles(const BackwardParams& p, std::int64_t block
 template <typename Traits>
 void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
   const BackwardParams& params = p.args;
+  const std::int64_t kv_heads = params.batch * params.kv_heads;
+  if (kv_heads > 65535) {
+    throw Error(ErrorCode::unsupported, "sm90 backward: batch * kv heads above 65535");
+  }
   const KeyTileSpan span = visible_key_tiles(params, Traits::kBlockN);
   launch_zero_key_rows(params, span.first * Traits::kBlockN,
                        std::min(span.last * Traits::kBlockN, params.k_len), stream);
@@ -107,15 +111,11 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute (sm90 backward shared memory)");
   const std::int64_t n_blocks = span.last - span.first;
-  const std::int64_t kv_heads = params.batch * params.kv_heads;
   // The deterministic mode needs the key tiles of a head to start in rank order (a block waits
   // for the blocks of lower rank): block_item keeps rank order within a head either way.
   const bool ordered = FLASHPP_BLOCK_ORDER && params.mask.active();
   const std::int64_t slots = ordered ? cached_resident_blocks(kernel, Traits::kThreads, kSmem) : 0;
   p.args.heads_per_group = ordered ? heads_per_group(true, n_blocks, kv_heads, slots) : 1;
-  if (kv_heads > 65535) {
-    throw Error(ErrorCode::unsupported, "sm90 backward: batch * kv heads above 65535");
-  }
   const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(kv_heads));
   kernel<<<grid, Traits::kThreads, kSmem, stream>>>(p);
   check_launch("sm90 backward kernel launch");
