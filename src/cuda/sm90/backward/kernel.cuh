@@ -225,7 +225,11 @@ __device__ __forceinline__ BackwardTile backward_tile(const BackwardParams& p) {
   const std::int64_t bh_kv = item.head;
   t.b = bh_kv / p.kv_heads;
   t.h_kv = bh_kv % p.kv_heads;
-  t.n0 = (item.rank + p.key_tile_offset) * Traits::kBlockN;
+  // The launch's first key tile (launch.cuh; kernel.cuh's traits only: in the wide kernel any use
+  // of it tipped ptxas into serialising the D=192 products, C7511, -24%).
+  std::int64_t first_tile = 0;
+  if constexpr (!Traits::kWide) first_tile = p.key_tile_offset;
+  t.n0 = (item.rank + first_tile) * Traits::kBlockN;
   // Rows i that see a key j in [n0, last]: -left <= j - (i + shift) <= right.
   const std::int64_t last_key = (t.n0 + Traits::kBlockN < p.k_len ? t.n0 + Traits::kBlockN : p.k_len) - 1;
   std::int64_t first_row = t.n0 - p.mask.shift - p.mask.right;

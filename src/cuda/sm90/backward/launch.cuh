@@ -101,7 +101,12 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
   if (kv_heads > 65535) {
     throw Error(ErrorCode::unsupported, "sm90 backward: batch * kv heads above 65535");
   }
-  const KeyTileSpan span = visible_key_tiles(params, Traits::kBlockN);
+  // The wide kernel (D > 128) keeps every key tile (backward_tile does not read the offset there):
+  // the blocks no query sees write dK = dV = 0 themselves.
+  const std::int64_t all_tiles =
+      params.q_len == 0 ? 0 : (params.k_len + Traits::kBlockN - 1) / Traits::kBlockN;
+  const KeyTileSpan span = Traits::kWide ? KeyTileSpan{0, all_tiles}
+                                         : visible_key_tiles(params, Traits::kBlockN);
   launch_zero_key_rows(params, span.first * Traits::kBlockN,
                        std::min(span.last * Traits::kBlockN, params.k_len), stream);
   if (span.last == span.first) return;
