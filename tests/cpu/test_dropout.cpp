@@ -250,51 +250,28 @@ TEST(DropoutPhilox, FourBytesAtOnceMatchTheByteCompare) {
 // generator.
 TEST(DropoutPhilox, KnownAnswerVectors) {
   static_assert(detail::kDropoutPhiloxRounds == 7, "the mask's rounds (docs and KATs below)");
-  {
-    const auto r = detail::philox4x32<7>(0, 0, 0, 0, 0, 0);
-    EXPECT_EQ(r.r[0], 0x5f6fb709u);
-    EXPECT_EQ(r.r[1], 0x0d893f64u);
-    EXPECT_EQ(r.r[2], 0x4f121f81u);
-    EXPECT_EQ(r.r[3], 0x4f730a48u);
-  }
-  {
-    const auto r = detail::philox4x32<7>(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu,
-                                         0xffffffffu, 0xffffffffu);
-    EXPECT_EQ(r.r[0], 0x5207ddc2u);
-    EXPECT_EQ(r.r[1], 0x45165e59u);
-    EXPECT_EQ(r.r[2], 0x4d8ee751u);
-    EXPECT_EQ(r.r[3], 0x8c52f662u);
-  }
-  {
-    const auto r = detail::philox4x32<7>(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u,
-                                         0xa4093822u, 0x299f31d0u);
-    EXPECT_EQ(r.r[0], 0x4dfccabau);
-    EXPECT_EQ(r.r[1], 0x190a87f0u);
-    EXPECT_EQ(r.r[2], 0xc47362bau);
-    EXPECT_EQ(r.r[3], 0xb6b5242au);
-  }
-  {
-    const auto r = detail::philox4x32<10>(0, 0, 0, 0, 0, 0);
-    EXPECT_EQ(r.r[0], 0x6627e8d5u);
-    EXPECT_EQ(r.r[1], 0xe169c58du);
-    EXPECT_EQ(r.r[2], 0xbc57ac4cu);
-    EXPECT_EQ(r.r[3], 0x9b00dbd8u);
-  }
-  {
-    const auto r = detail::philox4x32<10>(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu,
-                                         0xffffffffu, 0xffffffffu);
-    EXPECT_EQ(r.r[0], 0x408f276du);
-    EXPECT_EQ(r.r[1], 0x41c83b0eu);
-    EXPECT_EQ(r.r[2], 0xa20bc7c6u);
-    EXPECT_EQ(r.r[3], 0x6d5451fdu);
-  }
-  {
-    const auto r = detail::philox4x32<10>(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u,
-                                         0xa4093822u, 0x299f31d0u);
-    EXPECT_EQ(r.r[0], 0xd16cfe09u);
-    EXPECT_EQ(r.r[1], 0x94fdccebu);
-    EXPECT_EQ(r.r[2], 0x5001e420u);
-    EXPECT_EQ(r.r[3], 0x24126ea1u);
+  struct Kat {
+    int rounds;
+    std::uint32_t counter[4], key[2], out[4];
+  };
+  const Kat kats[] = {
+      {7, {0, 0, 0, 0}, {0, 0}, {0x5f6fb709u, 0x0d893f64u, 0x4f121f81u, 0x4f730a48u}},
+      {7, {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu},
+       {0x5207ddc2u, 0x45165e59u, 0x4d8ee751u, 0x8c52f662u}},
+      {7, {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u},
+       {0x4dfccabau, 0x190a87f0u, 0xc47362bau, 0xb6b5242au}},
+      {10, {0, 0, 0, 0}, {0, 0}, {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
+      {10, {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu},
+       {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
+      {10, {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u},
+       {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}},
+  };
+  for (const Kat& k : kats) {
+    const auto& c = k.counter;
+    const detail::PhiloxResult r =
+        k.rounds == 7 ? detail::philox4x32<7>(c[0], c[1], c[2], c[3], k.key[0], k.key[1])
+                      : detail::philox4x32<10>(c[0], c[1], c[2], c[3], k.key[0], k.key[1]);
+    for (int w = 0; w < 4; ++w) EXPECT_EQ(r.r[w], k.out[w]) << k.rounds << " rounds, word " << w;
   }
 }
 
