@@ -61,8 +61,9 @@ struct BackwardParams {
 
   // Launch order of the main kernel's (key tile, kv head) items: common/block_order.cuh.
   std::int64_t heads_per_group = 1;
-  // The sm90 main kernel's first key tile: it launches only the key tiles that some query sees
-  // (sm90/backward/launch.cuh); launch_zero_key_rows writes dK = dV = 0 on the others.
+  // The sm90 main kernel's first key tile at head dims up to 128: it launches only the key tiles
+  // that some query sees (sm90/backward/launch.cuh; the wide kernel launches all and ignores
+  // this); launch_zero_key_rows writes dK = dV = 0 on the others.
   std::int64_t key_tile_offset = 0;
 
   // Main kernel on sm90: q and dout tiles through the bulk copy engine (ptx/tma.cuh), with
