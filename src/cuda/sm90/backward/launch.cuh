@@ -16,6 +16,7 @@
 #include "../../common/backward_pre_post.cuh"
 #include "../../common/check_cuda.hpp"
 #include "../../common/tensor_map.hpp"
+#include "../../common/tile_range.hpp"
 #include "kernel.cuh"
 #include "wide_kernel.cuh"
 #include "../../common/occupancy.hpp"
@@ -76,22 +77,6 @@ Sm90BackwardParams with_tensor_maps(const BackwardParams& params,
   return p;
 }
 
-// The key tiles [first, last) that some query sees. The others (top-left causal with Nk > Nq,
-// windows, no query at all) would only write dK = dV = 0.
-struct KeyTileSpan {
-  std::int64_t first = 0, last = 0;
-};
-
-inline KeyTileSpan visible_key_tiles(const BackwardParams& p, std::int64_t block_n) {
-  const std::int64_t tiles = (p.k_len + block_n - 1) / block_n;
-  if (p.q_len == 0 || tiles == 0) return {};
-  if (!p.mask.active()) return {0, tiles};
-  // first_key and last_key grow with the row: rows 0 and Nq - 1 bound every row's keys.
-  const std::int64_t lo = p.mask.first_key(0), hi = p.mask.last_key(p.q_len - 1, p.k_len);
-  if (hi < lo || hi < 0 || lo >= p.k_len) return {};
-  return {lo / block_n, hi / block_n + 1};
-}
-
 // The main kernel of Traits over the key tiles some query sees x batch * kv heads; dK = dV = 0
 // written on the other keys.
 template <typename Traits>
@@ -101,21 +86,24 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
   if (kv_heads > 65535) {
     throw Error(ErrorCode::unsupported, "sm90 backward: batch * kv heads above 65535");
   }
-  // The wide kernel (D > 128) keeps every key tile (backward_tile does not read the offset there):
-  // the blocks no query sees write dK = dV = 0 themselves.
-  const std::int64_t all_tiles =
-      params.q_len == 0 ? 0 : (params.k_len + Traits::kBlockN - 1) / Traits::kBlockN;
-  const KeyTileSpan span = Traits::kWide ? KeyTileSpan{0, all_tiles}
-                                         : visible_key_tiles(params, Traits::kBlockN);
-  launch_zero_key_rows(params, span.first * Traits::kBlockN,
-                       std::min(span.last * Traits::kBlockN, params.k_len), stream);
-  if (span.last == span.first) return;
-  p.args.key_tile_offset = span.first;
+  // The key tiles some query sees: those of query rows [0, Nq) (common/tile_range.hpp). The
+  // others (top-left causal with Nk > Nq, windows, no query at all) would only write dK = dV = 0.
+  // The wide kernel (D > 128) launches every key tile of a call with queries (backward_tile does
+  // not read the offset there): its blocks no query sees write their zeros themselves.
+  KeyTileRange span = key_tile_range(params.mask, params.k_len, 0, params.q_len, Traits::kBlockN);
+  if (Traits::kWide && params.q_len > 0) {
+    span.begin = 0;
+    span.end = (params.k_len + Traits::kBlockN - 1) / Traits::kBlockN;
+  }
+  launch_zero_key_rows(params, span.begin * Traits::kBlockN,
+                       std::min(span.end * Traits::kBlockN, params.k_len), stream);
+  if (span.empty()) return;
+  p.args.key_tile_offset = span.begin;
   auto kernel = flash_bwd_sm90_kernel<Traits>;
   constexpr int kSmem = Traits::kSmemBytes;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute (sm90 backward shared memory)");
-  const std::int64_t n_blocks = span.last - span.first;
+  const std::int64_t n_blocks = span.end - span.begin;
   // The deterministic mode needs the key tiles of a head to start in rank order (a block waits
   // for the blocks of lower rank): block_item keeps rank order within a head either way.
   const bool ordered = FLASHPP_BLOCK_ORDER && params.mask.active();
