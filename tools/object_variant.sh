@@ -42,8 +42,13 @@ chosen=$(grep -E "$REGEX" <<<"$objects" || true)
 pids=()
 for obj in $chosen; do
   cmd=$(ninja -C "$BUILD" -t commands "$obj" | tail -n 1)
-  # The compile line's own "-o OBJ" and dependency-file options stay; FLAGS go after the compiler.
-  compiler=${cmd%% *} rest=${cmd#* }
+  # The compile line's own "-o OBJ" and dependency-file options stay; FLAGS go after the compiler
+  # (after nvcc where a launcher such as tools/ptxas_guard.sh comes first).
+  if [[ "$cmd" =~ ^((bash [^ ]+ )?[^ ]*nvcc)\ (.*)$ ]]; then
+    compiler=${BASH_REMATCH[1]} rest=${BASH_REMATCH[3]}
+  else
+    compiler=${cmd%% *} rest=${cmd#* }
+  fi
   mkdir -p "$OUTDIR/$(dirname "$obj")"
   (cd "$OUTDIR" && eval "$compiler $FLAGS $rest") &
   pids+=($!)
