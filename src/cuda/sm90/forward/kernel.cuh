@@ -40,6 +40,7 @@
 #include "../../ptx/warpgroup.cuh"
 #include "../../ptx/wgmma.cuh"
 #include "../../common/poison.cuh"
+#include "trace.cuh"
 
 namespace flashpp::cuda::sm90 {
 
@@ -54,7 +55,22 @@ struct Sm90ForwardParams {
   CUtensorMap v_tail_map;  // the FP8 forward's 64-key Vt panel (192- and 64-key tiles; unused here)
   std::int64_t q_tiles;
   std::int64_t heads;
+#if FLASHPP_SM90_FWD_TRACE
+  std::uint64_t* trace;  // trace.cuh's buffer
+#endif
 };
+
+// A clock stamp of trace.cuh (timing builds only; nothing otherwise), by the first thread of a
+// warpgroup.
+#if FLASHPP_SM90_FWD_TRACE
+#define FLASHPP_FWD_STAMP(item, role, event, value)                                              \
+  do {                                                                                           \
+    if ((threadIdx.x & 127) == 0)                                                                \
+      trace_stamp(params.trace, (item), (role), ForwardTraceEvent::event, (value));              \
+  } while (0)
+#else
+#define FLASHPP_FWD_STAMP(item, role, event, value) ((void)sizeof((item) + (role)))
+#endif
 
 template <typename Element_, int kHeadDim_, typename Config>
 struct Sm90ForwardTraits {
@@ -79,14 +95,18 @@ struct Sm90ForwardTraits {
   using KVTile = SwizzledTile<kBlockN, kPaddedHeadDim>;
   static constexpr int kQPanelBytes = kBlockM * 128;
   static constexpr int kKVPanelBytes = kBlockN * 128;
-  static constexpr int kBarriers = 2 + 4 * kStages;  // Q full/empty; per stage K/V full, K/V empty
+  // Q full/empty; per stage K/V full, K/V empty; handoff empty (and one unused, so that the
+  // handoff slot after them is 16-byte aligned).
+  static constexpr int kBarriers = 2 + 4 * kStages + 2;
   static constexpr int kMaxSmemBytes = 227 * 1024;
   // O gets a staging buffer of its own where it fits; then the Q tile is free for the next item
   // as soon as the last S = Q K^T has completed, instead of after the epilogue.
-  static constexpr bool kSeparateOutput =
-      2 * QTile::kBytes + 2 * kStages * KVTile::kBytes + 8 * kBarriers <= kMaxSmemBytes;
+  static constexpr int kHandoffBytes = 64;  // ItemHandoff, after the barriers
+  static constexpr bool kSeparateOutput = 2 * QTile::kBytes + 2 * kStages * KVTile::kBytes +
+                                              8 * kBarriers + kHandoffBytes <= kMaxSmemBytes;
   static constexpr int kTileBytes = (kSeparateOutput ? 2 : 1) * QTile::kBytes;
-  static constexpr int kSmemBytes = kTileBytes + 2 * kStages * KVTile::kBytes + 8 * kBarriers;
+  static constexpr int kSmemBytes =
+      kTileBytes + 2 * kStages * KVTile::kBytes + 8 * kBarriers + kHandoffBytes;
   static_assert(kSmemBytes <= kMaxSmemBytes, "shared memory of one Hopper block");
 
   // Registers per thread after the reallocation (the block's 64K split between the roles).
@@ -97,8 +117,18 @@ struct Sm90ForwardTraits {
   static_assert(kBlockN <= 256 && kBlockM <= 256, "a TMA box has at most 256 rows");
 };
 
+// The item the producer hands the consumers with each Q tile (kHandOffItems): forward_tile's
+// answer, the fields a consumer reads in the same 64-bit types (narrower ones changed how ptxas
+// scheduled the key-tile loop), or the end of the block's walk (b < 0). Consumers that walked
+// the items themselves spent about 1800 cycles an item on the snake walk's position arithmetic,
+// between one item's epilogue and the next item's first product (trace.cuh; perf-notes,
+// session 20).
+struct ItemHandoff {
+  std::int64_t b, h, m0, bh, begin, end, unmasked_begin, unmasked_end;
+};
+
 // Shared memory: tiles first (the base is 1024-byte aligned, every panel a multiple of 1024 bytes):
-// Q, O's staging buffer (if separate), K and V per stage; then the barriers.
+// Q, O's staging buffer (if separate), K and V per stage; then the barriers and the item handoff.
 template <typename Traits>
 struct SharedStorage {
   using Element = typename Traits::Element;
@@ -120,7 +150,14 @@ struct SharedStorage {
                                             2 * Traits::kStages * Traits::KVTile::kBytes);
   }
   __device__ std::uint64_t* q_full() const { return barriers(); }
+  __device__ ItemHandoff* handoff() const {
+    static_assert(Traits::kBarriers % 2 == 0, "the handoff slot is 16-byte aligned");
+    return reinterpret_cast<ItemHandoff*>(barriers() + Traits::kBarriers);
+  }
   __device__ std::uint64_t* q_empty() const { return barriers() + 1; }
+  // Every consumer thread has read the handoff slot (each arrives: racecheck follows a reading
+  // thread's own arrival only, perf-notes session 13); the producer may write the next item.
+  __device__ std::uint64_t* handoff_empty() const { return barriers() + 2 + 4 * Traits::kStages; }
   __device__ std::uint64_t* k_full(int stage) const { return barriers() + 2 + stage; }
   __device__ std::uint64_t* v_full(int stage) const { return barriers() + 2 + Traits::kStages + stage; }
   __device__ std::uint64_t* k_empty(int stage) const {
@@ -209,6 +246,34 @@ __device__ __forceinline__ ForwardTile forward_tile(const ForwardParams& p) {
                               gridDim.x, gridDim.y);
 }
 
+// The producer's side of the handoff: written before its arrival on q_full (a release), read by
+// the consumers after their wait on it (an acquire).
+__device__ __forceinline__ void hand_off(ItemHandoff* slot, const ForwardTile& t) {
+  auto* pairs = reinterpret_cast<longlong2*>(slot);
+  pairs[0] = make_longlong2(t.b, t.h);
+  pairs[1] = make_longlong2(t.m0, t.bh);
+  pairs[2] = make_longlong2(t.keys.begin, t.keys.end);
+  pairs[3] = make_longlong2(t.keys.unmasked_begin, t.keys.unmasked_end);
+}
+__device__ __forceinline__ void hand_off_end(ItemHandoff* slot) { slot->b = -1; }
+
+// The consumers' side (every consumer thread reads the slot, then arrives on handoff_empty):
+// false at the end of the walk. The fields a consumer reads (not h_kv and m_end).
+__device__ __forceinline__ bool take_item(const ItemHandoff* slot, ForwardTile& t) {
+  const auto* pairs = reinterpret_cast<const longlong2*>(slot);
+  const longlong2 p0 = pairs[0], p1 = pairs[1], p2 = pairs[2], p3 = pairs[3];
+  t.b = p0.x;
+  t.h = p0.y;
+  t.m0 = p1.x;
+  t.bh = p1.y;
+  t.h_kv = t.m_end = 0;
+  t.keys.begin = p2.x;
+  t.keys.end = p2.y;
+  t.keys.unmasked_begin = p3.x;
+  t.keys.unmasked_end = p3.y;
+  return p0.x >= 0;
+}
+
 // How the blocks of a launch share its items (launch.cuh, walk_grid):
 //   stride   block b takes launch positions b, b + G, b + 2G, ... (G = gridDim.x); a grid of one
 //            block per item gives each block one. The persistent grid without a mask.
@@ -245,6 +310,14 @@ struct ItemWalk {
   }
 };
 
+// Whether the producer hands each item to the consumers (ItemHandoff) instead of the consumers
+// walking the items themselves: on the snake walk (masked calls on the persistent grid), whose
+// position arithmetic cost the consumers about 1800 cycles an item (session 20 runs 3-6: causal
+// +3..+5% at N=1024, +1..+2% at 4096). Not on the stride walk: there it gained nothing unmasked
+// and cost the one-block-per-item dropout kernel at D=128 12-15% (runs 4-5, not understood).
+template <WalkKind kWalk>
+inline constexpr bool kHandOffItems = kWalk == WalkKind::snake;
+
 // ---------------------------------------------------------------------------------------------
 // Producer: one thread issues every copy
 // ---------------------------------------------------------------------------------------------
@@ -259,8 +332,9 @@ __device__ __forceinline__ void wait_buffer_empty(std::uint64_t* empty, int stag
 // The copies of one item. `items_done`: items this block finished
 // before (the Q tile's turn); `ring`: K/V tiles this block loaded before (the ring position,
 // advanced here). Every item completes q_full once (an item without keys with a plain arrival),
-// after the consumers released the previous item's Q tile.
-template <typename Traits>
+// after the consumers released the previous item's Q tile; kHandOff: and hands the item to the
+// consumers with it (ItemHandoff).
+template <typename Traits, bool kHandOff>
 __device__ __forceinline__ void load_item(const Sm90ForwardParams& params,
                                           const SharedStorage<Traits>& smem,
                                           const ForwardTile& tile, int items_done, int& ring) {
@@ -269,6 +343,10 @@ __device__ __forceinline__ void load_item(const Sm90ForwardParams& params,
   const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
   auto load_q = [&] {
     if (items_done > 0) mbarrier_wait(smem.q_empty(), static_cast<std::uint32_t>(items_done - 1) & 1u);
+    if constexpr (kHandOff) {
+      if (items_done > 0) mbarrier_wait(smem.handoff_empty(), static_cast<std::uint32_t>(items_done - 1) & 1u);
+      hand_off(smem.handoff(), tile);
+    }
     if (num_tiles == 0) {
       ptx::mbarrier_arrive(smem.q_full());
       return;
@@ -308,11 +386,25 @@ template <typename Traits, WalkKind kWalk>
 __device__ __forceinline__ void producer_loop(const Sm90ForwardParams& params,
                                               const SharedStorage<Traits>& smem,
                                               const ItemWalk<kWalk>& walk) {
-  int ring = 0;
+  constexpr bool kHandOff = kHandOffItems<kWalk>;
+  int ring = 0, items = 0;
   walk.for_each([&](std::int64_t linear, int items_done) {
-    load_item<Traits>(params, smem, forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
-                      items_done, ring);
+    FLASHPP_FWD_STAMP(items_done, 0, item_start, clock64());
+    load_item<Traits, kHandOff>(params, smem,
+                                forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
+                                items_done, ring);
+    FLASHPP_FWD_STAMP(items_done, 0, loads_issued, clock64());
+    items = items_done + 1;
   });
+  if constexpr (kHandOff) {
+    // The end of the walk, as one more handoff once the last item's Q tile is released.
+    if (items > 0) {
+      mbarrier_wait(smem.q_empty(), static_cast<std::uint32_t>(items - 1) & 1u);
+      mbarrier_wait(smem.handoff_empty(), static_cast<std::uint32_t>(items - 1) & 1u);
+    }
+    hand_off_end(smem.handoff());
+    ptx::mbarrier_arrive(smem.q_full());
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -382,9 +474,10 @@ __device__ __forceinline__ void release_buffer(std::uint64_t* empty, int lane) {
 }
 
 // One item of one consumer warpgroup. kExtras: the instantiation that also handles softcap and
-// dropout (their code costs registers, so the plain one leaves it out). `items_done` and `ring`
-// as for load_item (ring advanced here).
-template <typename Traits, bool kExtras>
+// dropout (their code costs registers, so the plain one leaves it out). kQWaited: the caller has
+// waited for the item's Q tile (the handoff). `items_done` and `ring` as for load_item (ring
+// advanced here).
+template <typename Traits, bool kExtras, bool kQWaited>
 __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
                                               const SharedStorage<Traits>& smem,
                                               const ForwardTile& tile, int consumer,
@@ -405,7 +498,13 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     for (int c = 0; c < 4; ++c) o[0][dt][c] = 0.0f;
 
   const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
-  mbarrier_wait(smem.q_full(), static_cast<std::uint32_t>(items_done) & 1u);
+  const int role = 1 + consumer;  // trace.cuh
+  FLASHPP_FWD_STAMP(items_done, role, tiles, static_cast<std::uint64_t>(num_tiles));
+  if constexpr (!kQWaited) {
+    FLASHPP_FWD_STAMP(items_done, role, item_start, clock64());
+    mbarrier_wait(smem.q_full(), static_cast<std::uint32_t>(items_done) & 1u);
+    FLASHPP_FWD_STAMP(items_done, role, q_ready, clock64());
+  }
   if (num_tiles == 0 && Traits::kSeparateOutput) release_buffer(smem.q_empty(), lane);
   if (num_tiles > 0) {
     const auto bh32 = static_cast<std::uint32_t>(tile.bh);
@@ -448,14 +547,18 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     {
       float s[1][Traits::kNTiles][4];
       mbarrier_wait(smem.k_full(stage_of(0)), phase_of(0));
+      FLASHPP_FWD_STAMP(items_done, role, k0_ready, clock64());
       turns.wait();
+      FLASHPP_FWD_STAMP(items_done, role, turn0, clock64());
       issue_scores<Traits>(s[0], smem, consumer, stage_of(0));
       turns.pass(false);
       ptx::wgmma_wait<0>();
+      FLASHPP_FWD_STAMP(items_done, role, s0_done, clock64());
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
       release_buffer(smem.k_empty(stage_of(0)), lane);
       softmax_steps(s, tile.keys.end - 1);  // O is still zero: no rescale
       prepare_p(s[0]);
+      FLASHPP_FWD_STAMP(items_done, role, p0_ready, clock64());
     }
     for (int j = 1; j < num_tiles; ++j) {
       const int stage = stage_of(j), prev_stage = stage_of(j - 1);
@@ -485,6 +588,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     }
     // Every S = Q K^T of this item has completed (waited above): Q may take the next item's
     // tile while the last P V runs, where O does not stage through it.
+    FLASHPP_FWD_STAMP(items_done, role, loop_done, clock64());
     if constexpr (Traits::kSeparateOutput) release_buffer(smem.q_empty(), lane);
     const int last = num_tiles - 1;
     mbarrier_wait(smem.v_full(stage_of(last)), phase_of(last));
@@ -492,6 +596,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     issue_pv<Traits>(o[0], p_frag, smem, stage_of(last));
     turns.pass(false);
     ptx::wgmma_wait<0>();
+    FLASHPP_FWD_STAMP(items_done, role, last_pv_done, clock64());
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o));
     ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockN / 4]>(p_frag));
     release_buffer(smem.v_empty(stage_of(last)), lane);
@@ -508,8 +613,11 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     ptx::fence_shared_to_async();  // the staging reads come before the copy engine's next Q write
     release_buffer(smem.q_empty(), lane);
   }
+  FLASHPP_FWD_STAMP(items_done, role, output_done, clock64());
 }
 
+// A consumer warpgroup's items: on the snake walk as the producer hands them over (ItemHandoff),
+// up to the end of the walk; on the stride walk the consumers take the positions themselves.
 template <typename Traits, bool kExtras, WalkKind kWalk>
 __device__ __forceinline__ void consumer_loop(const Sm90ForwardParams& params,
                                               const SharedStorage<Traits>& smem,
@@ -517,11 +625,24 @@ __device__ __forceinline__ void consumer_loop(const Sm90ForwardParams& params,
   const IssueTurns<Traits::kConsumers> turns{consumer};
   turns.start();
   int ring = 0;
-  walk.for_each([&](std::int64_t linear, int items_done) {
-    consumer_item<Traits, kExtras>(params, smem,
-                                   forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
-                                   consumer, turns, items_done, ring);
-  });
+  if constexpr (kHandOffItems<kWalk>) {
+    for (int items_done = 0;; ++items_done) {
+      FLASHPP_FWD_STAMP(items_done, 1 + consumer, item_start, clock64());
+      mbarrier_wait(smem.q_full(), static_cast<std::uint32_t>(items_done) & 1u);
+      FLASHPP_FWD_STAMP(items_done, 1 + consumer, q_ready, clock64());
+      ForwardTile tile;
+      const bool more = take_item(smem.handoff(), tile);
+      if (!more) break;
+      ptx::mbarrier_arrive(smem.handoff_empty());
+      consumer_item<Traits, kExtras, true>(params, smem, tile, consumer, turns, items_done, ring);
+    }
+  } else {
+    walk.for_each([&](std::int64_t linear, int items_done) {
+      consumer_item<Traits, kExtras, false>(
+          params, smem, forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
+          consumer, turns, items_done, ring);
+    });
+  }
   turns.finish();
 }
 
@@ -542,6 +663,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0) {
     ptx::mbarrier_init(smem.q_full(), 1);
     ptx::mbarrier_init(smem.q_empty(), 4 * Traits::kConsumers);  // one arrival per warp
+    ptx::mbarrier_init(smem.handoff_empty(), 128 * Traits::kConsumers);  // one per thread
     for (int s = 0; s < Traits::kStages; ++s) {
       ptx::mbarrier_init(smem.k_full(s), 1);
       ptx::mbarrier_init(smem.v_full(s), 1);

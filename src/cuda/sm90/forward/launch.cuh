@@ -195,8 +195,14 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
     if (extras) kernel = flash_fwd_sm90_kernel<Traits, true>;
   }
   if (choice.walk == WalkKind::snake) kernel = flash_fwd_sm90_kernel<Traits, false, WalkKind::snake>;
+#if FLASHPP_SM90_FWD_TRACE
+  p.trace = trace_buffer(stream);
+#endif
   launch_query_tiles(kernel, Traits::kThreads, Traits::kSmemBytes, Traits::kBlockM, p, batch_heads,
                      stream, "sm90 forward kernel launch", choice.grid);
+#if FLASHPP_SM90_FWD_TRACE
+  write_trace(p.trace, Traits::kConsumers, stream);
+#endif
 }
 
 template <typename Element, int kHeadDim>

@@ -1,0 +1,87 @@
+// Per-item clock stamps of the sm90 forward, for finding where an item's time goes (a timing
+// tool, off by default). Built with -DFLASHPP_SM90_FWD_TRACE=1, every block of a launch writes
+// clock64() at fixed points of each of its first kTraceItems items, one slot per role (the
+// producer, each consumer warpgroup) and event (ForwardTraceEvent), into a device buffer; after
+// each launch the host copies it out and, where FLASHPP_SM90_FWD_TRACE_FILE names a file, writes
+// it there (the last launch wins; tools/fwd_trace.py reads it). The copy synchronises the stream
+// after every launch, so time whole calls of a traced build only to compare stamps.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#ifndef FLASHPP_SM90_FWD_TRACE
+#define FLASHPP_SM90_FWD_TRACE 0
+#endif
+
+namespace flashpp::cuda::sm90 {
+
+inline constexpr int kTraceBlocks = 1024;  // blocks traced (the persistent grid's are fewer)
+inline constexpr int kTraceItems = 16;     // items traced per block
+inline constexpr int kTraceRoles = 4;      // producer + up to three consumer warpgroups
+inline constexpr int kTraceEvents = 10;
+
+// Consumer events per item (role 1 + consumer); the producer (role 0) uses item_start and
+// loads_issued. `tiles` holds the item's key-tile count, not a clock.
+enum class ForwardTraceEvent : int {
+  item_start = 0,    // before the wait for the item's Q tile
+  q_ready = 1,       // Q is in shared memory
+  k0_ready = 2,      // the first K tile is in shared memory
+  turn0 = 3,         // the first issue turn is this warpgroup's
+  s0_done = 4,       // the first S = Q K^T has landed
+  p0_ready = 5,      // the first tile's softmax is done (P in registers)
+  loop_done = 6,     // the S(j) + P V(j-1) steps are done
+  last_pv_done = 7,  // the last P V has landed
+  output_done = 8,   // the epilogue has stored O and lse
+  tiles = 9,
+  loads_issued = 1,  // producer: every copy of the item issued
+};
+
+__device__ __forceinline__ void trace_stamp(std::uint64_t* trace, int item, int role,
+                                            ForwardTraceEvent event, std::uint64_t value) {
+  if (trace != nullptr && item < kTraceItems && blockIdx.x < kTraceBlocks) {
+    trace[((static_cast<std::int64_t>(blockIdx.x) * kTraceItems + item) * kTraceRoles + role) *
+              kTraceEvents +
+          static_cast<int>(event)] = value;
+  }
+}
+
+inline constexpr std::size_t kTraceWords =
+    std::size_t{kTraceBlocks} * kTraceItems * kTraceRoles * kTraceEvents;
+
+// The device buffer (made once, zeroed before every launch).
+inline std::uint64_t* trace_buffer(cudaStream_t stream) {
+  static std::uint64_t* buffer = nullptr;
+  if (buffer == nullptr && cudaMalloc(&buffer, kTraceWords * sizeof(std::uint64_t)) != cudaSuccess) {
+    buffer = nullptr;
+    return nullptr;
+  }
+  cudaMemsetAsync(buffer, 0, kTraceWords * sizeof(std::uint64_t), stream);
+  return buffer;
+}
+
+// After a launch: the buffer to FLASHPP_SM90_FWD_TRACE_FILE, headed by the five sizes (blocks,
+// items, roles, events, consumers) as 64-bit words.
+inline void write_trace(const std::uint64_t* buffer, int consumers, cudaStream_t stream) {
+  const char* path = std::getenv("FLASHPP_SM90_FWD_TRACE_FILE");
+  if (buffer == nullptr || path == nullptr) return;
+  std::vector<std::uint64_t> host(kTraceWords);
+  if (cudaMemcpyAsync(host.data(), buffer, kTraceWords * sizeof(std::uint64_t),
+                      cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
+      cudaStreamSynchronize(stream) != cudaSuccess) {
+    return;
+  }
+  if (std::FILE* f = std::fopen(path, "wb")) {
+    const std::uint64_t head[5] = {kTraceBlocks, kTraceItems, kTraceRoles, kTraceEvents,
+                                   static_cast<std::uint64_t>(consumers)};
+    std::fwrite(head, sizeof(head), 1, f);
+    std::fwrite(host.data(), sizeof(std::uint64_t), host.size(), f);
+    std::fclose(f);
+  }
+}
+
+}  // namespace flashpp::cuda::sm90
