@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """Where an sm90 forward item's time goes: reads the clock stamps of a traced build.
 
-Build with -DFLASHPP_SM90_FWD_TRACE=1 (src/cuda/sm90/forward/trace.cuh; tools/object_variant.sh
-can rebuild just the sm90_fwd objects), run any forward call with FLASHPP_SM90_FWD_TRACE_FILE=PATH
+Build with -DFLASHPP_SM90_FWD_TRACE=1 (src/cuda/sm90/forward/trace.cuh; `tools/object_variant.sh
+BUILD OUT "-DFLASHPP_SM90_FWD_TRACE=1" 'sm90_fwd'` rebuilds all the sm90 forward objects, FP8's
+included: a subset would break the parameters they share), run any forward call with
+FLASHPP_SM90_FWD_TRACE_FILE=PATH
 (the last launch's stamps are kept), then
 
-    python3 tools/fwd_trace.py PATH [PATH...]
+    python3 tools/fwd_trace.py [--all] PATH [PATH...]
 
 For each file: per consumer warpgroup, the mean cycles (SM clock) of each phase of an item, over
 every traced item that is neither a block's first nor its last (those carry the launch and the
-drain), and the item's fixed cost: its whole time minus its key tiles at the steady step time.
+drain; --all takes every item, e.g. on a grid of one block per item, its time then running to
+the end of its epilogue), and the item's fixed cost: its whole time minus its key tiles at the
+steady step time.
 Phases: wait Q (item start -> Q in shared memory), wait K0 (-> first K tile), wait turn (-> the
 first issue turn), S0 (-> first S landed), softmax0 (-> first P), steps (the S(j) + P V(j-1)
 loop; per tile in brackets), last PV (-> landed), epilogue (-> O stored), to next (-> next item's
@@ -32,7 +36,7 @@ def load(path):
     return blocks, items, roles, events, consumers, at
 
 
-def summarise(path):
+def summarise(path, every=False):
     blocks, items, roles, events, consumers, at = load(path)
     print(f"== {path}: {consumers} consumer warpgroups")
     for r in range(1, consumers + 1):
@@ -41,10 +45,13 @@ def summarise(path):
         n = 0
         for b in range(blocks):
             last = max((i for i in range(items) if at(b, i, r, 0) != 0), default=-1)
-            for i in range(1, last):  # neither the block's first item nor its last traced one
+            # Neither the block's first item nor its last traced one, unless every=True.
+            for i in (range(0, last + 1) if every else range(1, last)):
                 e = [at(b, i, r, k) for k in range(events)]
-                nxt = at(b, i + 1, r, 0)
+                nxt = at(b, i + 1, r, 0) if i + 1 < items else 0
                 tiles = e[9]
+                if every and nxt == 0:
+                    nxt = e[8]  # no next item: the item ends with its epilogue
                 if tiles < 2 or 0 in e[:9] or nxt == 0:
                     continue
                 d = [e[1] - e[0], e[2] - e[1], e[3] - e[2], e[4] - e[3], e[5] - e[4], e[6] - e[5],
@@ -67,8 +74,9 @@ def summarise(path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    args = [a for a in sys.argv[1:] if a != "--all"]
+    if not args:
         print(__doc__)
         sys.exit(2)
-    for p in sys.argv[1:]:
-        summarise(p)
+    for p in args:
+        summarise(p, every="--all" in sys.argv[1:])

@@ -4,7 +4,11 @@
 // producer, each consumer warpgroup) and event (ForwardTraceEvent), into a device buffer; after
 // each launch the host copies it out and, where FLASHPP_SM90_FWD_TRACE_FILE names a file, writes
 // it there (the last launch wins; tools/fwd_trace.py reads it). The copy synchronises the stream
-// after every launch, so time whole calls of a traced build only to compare stamps.
+// after every launch, so time whole calls of a traced build only to compare stamps. The flag
+// changes Sm90ForwardParams, which the FP8 forward's objects share: compile every object that
+// includes forward/kernel.cuh with it (tools/object_variant.sh BUILD OUT
+// "-DFLASHPP_SM90_FWD_TRACE=1" 'sm90_fwd'), never a subset, or the launch code the objects share
+// copies the parameters with the wrong size.
 #pragma once
 
 #include <cuda_runtime.h>
