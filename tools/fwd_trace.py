@@ -71,6 +71,21 @@ def summarise(path, every=False):
               f"{whole / n:.0f} cycles, step {per_tile / n:.0f}, fixed cost {fixed / n:.0f} "
               f"({fixed / per_tile:.2f} steps)")
         print("    " + "  ".join(f"{p} {s / n:.0f}" for p, s in zip(PHASES, sums)))
+        # Item time by its position in the block's walk, in groups of 8, and the blocks' spans
+        # (first item's start to last traced item's epilogue): a drift along the walk shows here.
+        by_pos, spans = {}, []
+        for b in range(blocks):
+            starts = [at(b, i, r, 0) for i in range(items)]
+            ends = [at(b, i, r, 8) for i in range(items)]
+            done = [i for i in range(items) if starts[i] and ends[i]]
+            if not done:
+                continue
+            spans.append(ends[done[-1]] - starts[done[0]])
+            for i in done:
+                by_pos.setdefault(i // 8, []).append(ends[i] - starts[i])
+        print("    item start->epilogue end by position: " + "  ".join(
+            f"{8 * g}-{8 * g + 7}: {sum(v) / len(v):.0f}" for g, v in sorted(by_pos.items())) +
+            f"; block span mean {sum(spans) / len(spans):.0f}, max {max(spans):.0f}")
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@
 
 namespace flashpp::cuda::sm90 {
 
-inline constexpr int kTraceBlocks = 1024;  // blocks traced (the persistent grid's are fewer)
-inline constexpr int kTraceItems = 16;     // items traced per block
+inline constexpr int kTraceBlocks = 512;  // blocks traced (the persistent grid's are fewer)
+inline constexpr int kTraceItems = 48;     // items traced per block
 inline constexpr int kTraceRoles = 4;      // producer + up to three consumer warpgroups
 inline constexpr int kTraceEvents = 10;
 
