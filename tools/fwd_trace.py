@@ -83,6 +83,20 @@ def summarise(path, every=False):
             spans.append(ends[done[-1]] - starts[done[0]])
             for i in done:
                 by_pos.setdefault(i // 8, []).append(ends[i] - starts[i])
+        # The slowest blocks and the SMs they ran on (the producer's sm_id stamp).
+        span_of = []
+        for b in range(blocks):
+            starts = [at(b, i, r, 0) for i in range(items)]
+            ends = [at(b, i, r, 8) for i in range(items)]
+            done = [i for i in range(items) if starts[i] and ends[i]]
+            if done:
+                span_of.append((ends[done[-1]] - starts[done[0]], len(done), at(b, 0, 0, 2), b))
+        span_of.sort(reverse=True)
+        if r == 1 and len(span_of) > 1:
+            print("    slowest blocks (span, items, SM): " + ", ".join(
+                f"{s / 1e6:.2f}M/{n}/SM{sm}" for s, n, sm, _ in span_of[:12]))
+            print("    fastest blocks (span, items, SM): " + ", ".join(
+                f"{s / 1e6:.2f}M/{n}/SM{sm}" for s, n, sm, _ in span_of[-6:]))
         print("    item start->epilogue end by position: " + "  ".join(
             f"{8 * g}-{8 * g + 7}: {sum(v) / len(v):.0f}" for g, v in sorted(by_pos.items())) +
             f"; block span mean {sum(spans) / len(spans):.0f}, max {max(spans):.0f}")

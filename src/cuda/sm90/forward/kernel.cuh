@@ -390,6 +390,7 @@ __device__ __forceinline__ void producer_loop(const Sm90ForwardParams& params,
   int ring = 0, items = 0;
   walk.for_each([&](std::int64_t linear, int items_done) {
     FLASHPP_FWD_STAMP(items_done, 0, item_start, clock64());
+    if (items_done == 0) FLASHPP_FWD_STAMP(0, 0, sm_id, sm_id());
     load_item<Traits, kHandOff>(params, smem,
                                 forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
                                 items_done, ring);

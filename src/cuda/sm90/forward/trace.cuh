@@ -29,8 +29,8 @@ inline constexpr int kTraceItems = 48;     // items traced per block
 inline constexpr int kTraceRoles = 4;      // producer + up to three consumer warpgroups
 inline constexpr int kTraceEvents = 10;
 
-// Consumer events per item (role 1 + consumer); the producer (role 0) uses item_start and
-// loads_issued. `tiles` holds the item's key-tile count, not a clock.
+// Consumer events per item (role 1 + consumer); the producer (role 0) uses item_start,
+// loads_issued and sm_id. `tiles` holds the item's key-tile count, not a clock.
 enum class ForwardTraceEvent : int {
   item_start = 0,    // before the wait for the item's Q tile
   q_ready = 1,       // Q is in shared memory
@@ -43,7 +43,14 @@ enum class ForwardTraceEvent : int {
   output_done = 8,   // the epilogue has stored O and lse
   tiles = 9,
   loads_issued = 1,  // producer: every copy of the item issued
+  sm_id = 2,         // producer, item 0: the SM the block runs on (%smid), not a clock
 };
+
+__device__ __forceinline__ std::uint32_t sm_id() {
+  std::uint32_t id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
 
 __device__ __forceinline__ void trace_stamp(std::uint64_t* trace, int item, int role,
                                             ForwardTraceEvent event, std::uint64_t value) {
