@@ -10,7 +10,8 @@
 //     has a "full" barrier per operand (the copy engine completes it) and an "empty" barrier that
 //     the consumers arrive on when they are done with it. The ring runs on across items, so the
 //     next item's first K/V tiles (and, where O has its own staging buffer, its Q tile) load while
-//     the consumers finish the current one;
+//     the consumers finish the current one. On the snake walk it also hands each item to the
+//     consumers with its Q tile (ItemHandoff), so that they do not walk the items themselves;
 //   consumers (warpgroups 1..): each owns 64 query rows and runs the FlashAttention loop on
 //     wgmma, with the softmax of one key tile overlapping the P V product of the previous one:
 //         S(j) = Q K(j)^T              issue (wgmma, both operands in shared memory)
