@@ -191,8 +191,8 @@ TEST(ForwardSm90Small, SanitizerShapes) {
   // Items without a visible key between others (bottom-right, Nq > Nk), O staged through Q (D=256).
   cases.push_back(make_case(2, 300, 100, 3, 1, 64, DType::f16, Layout::bnhd, causal(Alignment::bottom_right)));
   cases.push_back(make_case(1, 300, 100, 3, 3, 256, DType::bf16, Layout::bhnd, causal(Alignment::bottom_right)));
-  // The same at D=128 and D=96, where two Q buffers let an item's first S be issued with the
-  // previous item's last P V (the items without a key are skipped inside that chain).
+  // The same at D=128 and D=96: on the persistent grid under a mask the producer hands each item
+  // to the consumers (kernel.cuh, ItemHandoff), items without a visible key among them.
   cases.push_back(make_case(2, 300, 100, 3, 1, 128, DType::bf16, Layout::bnhd, causal(Alignment::bottom_right)));
   cases.push_back(make_case(1, 400, 150, 2, 2, 96, DType::f16, Layout::bhnd, causal(Alignment::bottom_right)));
   // Dropout at D 64 and 128 over many key tiles, items without a visible key among others;
