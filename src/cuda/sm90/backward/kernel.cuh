@@ -1,12 +1,13 @@
 // The FlashAttention backward for Hopper (sm_90a): TMA loads, wgmma products, warp specialisation.
 //
-// One thread block owns one key tile (128 keys) of one (batch, kv head): K and V stay in shared
-// memory, dK and dV in registers, while the block walks every query tile (64 rows) of every query
-// head of the kv head's group that sees those keys. Roles:
+// One thread block owns one key tile (128 keys; 192 at D=64) of one (batch, kv head): K and V
+// stay in shared memory, dK and dV in registers, while the block walks every query tile (64 rows)
+// of every query head of the kv head's group that sees those keys. Roles:
 //   producer (warpgroup 0, one thread): K and V once, then per query step Q, dO and the step's
 //     lse (log2 units) and delta rows through a ring of `stages` buffers (bulk copies);
-//   consumers (warpgroups 1, 2): each owns 64 of the block's keys and computes, per step, with the
-//     equations of docs/design.md written for the transposed tiles (keys as rows):
+//   consumers (warpgroups 1, 2; and 3 at D=64): each owns 64 of the block's keys and computes,
+//     per step, with the equations of docs/design.md written for the transposed tiles (keys as
+//     rows):
 //         S^T = K Q^T,  dP^T = V dO^T                 (wgmma, both operands in shared memory)
 //         P^T = exp2(S^T * scale*log2e - lse_log2),  dS^T = P^T o (dP^T - delta)   (registers)
 //         dV += P^T dO,  dK += dS^T Q                 (wgmma, P^T and dS^T from registers)
@@ -17,8 +18,9 @@
 //     float32 dQ accumulator (the sm80 family's fragment-ordered accumulator and postprocess) by
 //     one bulk reduce-add per warp from a staging area in shared memory (16-byte atomics straight
 //     from registers in the deterministic mode, or with FLASHPP_SM90_BWD_DQ_BULK=0).
-//   Inside a step the products overlap the element-wise work (kOverlap): P^T is computed while
-//   dP^T runs, dV is issued before dS^T is computed, dK before dS^T is staged for dQ.
+//   Inside a step the products overlap the element-wise work (kOverlap, two consumers): P^T is
+//   computed while dP^T runs, dV is issued before dS^T is computed, dK before dS^T is staged for
+//   dQ. Three consumers (D=64, 160 registers each) overlap one another's steps instead.
 // At the end dK is scaled and dK, dV are stored; the postprocess turns the dQ accumulator into dq.
 // Rows past Nq arrive as zeros with lse_log2 = +inf (P = 0); keys past Nk arrive as zeros and are
 // masked. Softcap runs on the sm80 family (dispatch). Dropout (kDropout): P^T and dP^T are
@@ -70,7 +72,7 @@ namespace flashpp::cuda::sm90 {
 #ifndef FLASHPP_SM90_BWD_OVERLAP
 #define FLASHPP_SM90_BWD_OVERLAP 1
 #endif
-constexpr bool kOverlap = FLASHPP_SM90_BWD_OVERLAP != 0;
+constexpr bool kOverlapDefault = FLASHPP_SM90_BWD_OVERLAP != 0;
 
 // P^T recomputed by a masked and an unmasked copy of its loop (1) or one loop with the mask test
 // behind a branch per element (0). ncu (session 15): 12% of the D=64 consumers' samples were
@@ -115,6 +117,14 @@ constexpr bool kSplitMask = FLASHPP_SM90_BWD_SPLIT_MASK != 0;
 #endif
 constexpr bool kDqAdds = FLASHPP_SM90_BWD_DQ_ADDS != 0;
 
+// Consumer warpgroups at head dim 64 (2 or 3; the other head dims and the deterministic mode take
+// 2): each owns 64 keys of the block, so 3 make 192-key blocks, with 160 registers a consumer
+// thread instead of 240. More warps to hide each consumer's serial chain of products and
+// element-wise work, as the forward's 192-row tile does at D=64.
+#ifndef FLASHPP_SM90_BWD_D64_CONSUMERS
+#define FLASHPP_SM90_BWD_D64_CONSUMERS 3
+#endif
+
 struct Sm90BackwardParams {
   BackwardParams args;
   CUtensorMap q_map, k_map, v_map, dout_map;
@@ -129,7 +139,8 @@ struct Sm90BackwardTraits {
   static constexpr bool kWide = false;  // wide_kernel.cuh's traits: true
   static constexpr int kPaddedHeadDim = (kHeadDim + 63) / 64 * 64;
   static constexpr int kPanels = kPaddedHeadDim / 64;
-  static constexpr int kConsumers = 2;
+  static constexpr int kConsumers =
+      kHeadDim <= 64 && !kDeterministic ? FLASHPP_SM90_BWD_D64_CONSUMERS : 2;
   static constexpr int kBlockN = 64 * kConsumers;  // keys per block
   static constexpr int kBlockM = 64;               // queries per step
   static constexpr int kStages = FLASHPP_SM90_BWD_STAGES;  // Q/dO/lse/delta ring depth
@@ -140,6 +151,9 @@ struct Sm90BackwardTraits {
   // each consumer's own 64-key part of every column.
   static constexpr bool kBlockDq =
       kDeterministic || (FLASHPP_SM90_BWD_BLOCK_DQ < 0 ? kHeadDim >= 128 : FLASHPP_SM90_BWD_BLOCK_DQ != 0);
+  // The overlap inside a step (FLASHPP_SM90_BWD_OVERLAP) with two consumers; three have 160
+  // registers, and the overlap keeps more values live (at D=64 it measured +0..+0.7%).
+  static constexpr bool kOverlap = kOverlapDefault && kConsumers == 2;
   static constexpr bool kPipeline =
       kOverlap && (FLASHPP_SM90_BWD_PIPELINE < 0 ? kHeadDim >= 128 : FLASHPP_SM90_BWD_PIPELINE != 0);
   static constexpr int kDqColumns = kBlockDq ? kHeadDim / kConsumers : kHeadDim;
@@ -179,8 +193,9 @@ struct Sm90BackwardTraits {
   static constexpr int kSmemBytes = kBarriers + 8 * kBarrierCount;
 
   static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one Hopper block");
+  static_assert(kConsumers == 2 || (kConsumers == 3 && !kBlockDq), "2 consumers, or 3 with their own dQ");
 };
 
 template <typename Traits>
@@ -550,6 +565,19 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     ptx::wgmma_commit();
   };
 
+  // No key of this consumer below Nk (the last key tile of a head where Nk is not a multiple of
+  // the block's keys, e.g. two of three consumers at N=1024 with 192-key blocks): with its own dQ
+  // it has nothing to add or store, and only releases each step's buffers once they are full.
+  if constexpr (!Traits::kBlockDq) {
+    if (tile.n0 + consumer * 64 >= p.k_len) {
+      for (int step = 0; step < tile.steps; ++step) {
+        const int s = step % Traits::kStages;
+        mbarrier_wait(smem.step_full(s), static_cast<std::uint32_t>(step / Traits::kStages) & 1u);
+        release_step(smem.step_empty(s), lane, release_barrier);
+      }
+      return;
+    }
+  }
   if (tile.steps > 0) mbarrier_wait(smem.kv_full(), 0);
   if (kPipeline && tile.steps > 0) issue_s(0);
   for (int step = 0; step < tile.steps; ++step) {
@@ -565,7 +593,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       mbarrier_wait(smem.step_full(s), static_cast<std::uint32_t>(step / Traits::kStages) & 1u);
       ptx::wgmma_fence();
       issue_transposed_scores<Traits>(s_t, k_rows, smem.q(s));
-      if constexpr (kOverlap) ptx::wgmma_commit();
+      if constexpr (Traits::kOverlap) ptx::wgmma_commit();
       issue_transposed_scores<Traits>(dp_t, v_rows, smem.dout(s));
       ptx::wgmma_commit();
     }
@@ -585,7 +613,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
 
     if constexpr (kPipeline) {
       // S^T has landed (above); dP^T runs on.
-    } else if constexpr (kOverlap) {
+    } else if constexpr (Traits::kOverlap) {
       ptx::wgmma_wait<1>();
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(s_t));
     } else {
@@ -617,9 +645,11 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     } else {
       recompute_p(std::false_type{});
     }
-    // P~^T (dropout applied) as the A fragments of dV += P~^T dO.
+    // P~^T (dropout applied) as the A fragments of dV += P~^T dO: before dS^T with kOverlap (dV
+    // runs while dS^T is computed), else after it, so that P^T and the fragments are not live
+    // together beside dS^T (the 160 registers of three consumers).
     std::uint32_t p_a[Traits::kBlockM / 16][4];
-    {
+    auto convert_dropped_p = [&] {
       float p_dropped[Traits::kQTiles][4];
 #pragma unroll
       for (int nt = 0; nt < Traits::kQTiles; ++nt)
@@ -627,8 +657,9 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
         for (int c = 0; c < 4; ++c)
           p_dropped[nt][c] = dropped_probability<Traits::kDropout>(prob_t[nt][c], factor(nt, c));
       to_a_fragments<Element, Traits::kQTiles>(p_a, p_dropped);
-    }
-    if constexpr (kOverlap) {
+    };
+    if constexpr (Traits::kOverlap) {
+      convert_dropped_p();
       // accumulate_dv: issued now, it runs while dS^T is computed.
       ptx::wgmma_fence();
       issue_key_gradient<Traits>(dv, p_a, smem.dout(s));
@@ -647,9 +678,10 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
         ds_t[nt][c] = score_gradient<Traits::kDropout>(prob_t[nt][c], dp_t[nt][c],
                                                        (c & 1) ? delta.y : delta.x, factor(nt, c));
     }
+    if constexpr (!Traits::kOverlap) convert_dropped_p();
     std::uint32_t ds_a[Traits::kBlockM / 16][4];
     to_a_fragments<Element, Traits::kQTiles>(ds_a, ds_t);
-    if constexpr (kOverlap) {
+    if constexpr (Traits::kOverlap) {
       // accumulate_dk: needs only this thread's dS^T; it runs while dS^T is staged for dQ.
       ptx::wgmma_fence();
       issue_key_gradient<Traits>(dk, ds_a, smem.q(s));
@@ -675,7 +707,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     // accumulate_dq's product (after accumulate_dv and accumulate_dk without kOverlap).
     float dq[Traits::kDqTiles][4];
     ptx::wgmma_fence();
-    if constexpr (!kOverlap) {
+    if constexpr (!Traits::kOverlap) {
       issue_key_gradient<Traits>(dv, p_a, smem.dout(s));
       issue_key_gradient<Traits>(dk, ds_a, smem.q(s));
     }
