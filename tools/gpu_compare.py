@@ -10,7 +10,8 @@ time_interleaved); median over the rounds.
 --alt NAME=env:VAR=VALUE adds this build run with VAR=VALUE in the environment (e.g.
 sm80=env:FLASHPP_CUDA_FAMILY=sm80: the portable kernel family against the Hopper one);
 --alt NAME=opt:FIELD=VALUE this build with one field of the options changed (e.g.
-det=opt:deterministic=1); several settings join with '+' (det90=opt:deterministic=1+env:FLASHPP_SM90_BACKWARD=1). FLOPs: forward 4*B*Hq*Nq*Nk*D (halved when causal), backward 2.5x forward.
+det=opt:deterministic=1); several settings join with '+' (det90=opt:deterministic=1+env:FLASHPP_SM90_BACKWARD=1),
+also after another build's path (v2det=build-v2/libflashpp.so+opt:deterministic=1). FLOPs: forward 4*B*Hq*Nq*Nk*D (halved when causal), backward 2.5x forward.
 Prints, last, one table per direction: TFLOPS of each and ours/peer ratios.
 
   python3 tools/gpu_compare.py --lib build-gpu/libflashpp.so [--quick] [--fwd-only | --bwd-only]
@@ -372,10 +373,12 @@ def main():
         if path.startswith(("env:", "opt:")):
             alts[name] = wrapped(fp, path)
             continue
+        # PATH, or PATH+env:...+opt:... (another build with settings).
+        path, _, settings = path.partition("+")
         # A private copy: the dynamic loader would otherwise hand back the already-loaded library.
         copy = os.path.join(tempfile.mkdtemp(), f"libflashpp_{name}.so")
         shutil.copy(path, copy)
-        alts[name] = Flashpp(copy)
+        alts[name] = wrapped(Flashpp(copy), settings) if settings else Flashpp(copy)
     log(f"flashpp kernels: {fp.kernel_families()}")
     B, H = 4, 32
     seqlens = [int(s) for s in args.seqlens.split(",")] if args.seqlens else \

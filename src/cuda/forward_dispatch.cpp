@@ -145,12 +145,9 @@ std::string kernel_families(int device) {
     backward = "sm80 (mma.sync" + std::string(requested == "sm80" ? "; forced by FLASHPP_CUDA_FAMILY=sm80)"
                                    : !why_not.empty() ? "; sm90 unavailable)"
                                                       : "; FLASHPP_SM90_BACKWARD=0)");
-  } else if (requested == "sm90" || backward_opt == "1") {
-    backward = "sm90 without softcap (deterministic mode too at head dims up to 128, without "
-               "dropout), else sm80";
   } else {
-    backward = "sm90 without softcap or deterministic mode, else sm80 "
-               "(FLASHPP_SM90_BACKWARD=1 adds the sm90 deterministic mode at head dims up to 128)";
+    backward = "sm90 without softcap (deterministic mode at head dims up to 128, without "
+               "dropout), else sm80";
   }
   return "forward: " + forward + "; backward: " + backward;
 }

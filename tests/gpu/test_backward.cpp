@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <tuple>
@@ -463,10 +464,23 @@ TEST(CudaBackward, StridedLse) {
   check_case(make_case({2, 100, 100, 2, 1, 64}, DType::f16, Layout::bnhd, 800), Layout::padded);
 }
 
+// Sets FLASHPP_SM90_BACKWARD for the guard's lifetime ("" leaves it unset): on Hopper the default
+// runs the sm90 family's deterministic mode (whose tiles differ from the other sm90 variants at
+// D=64), "0" the sm80 family's.
+class Sm90BackwardGuard {
+ public:
+  explicit Sm90BackwardGuard(const char* value) {
+    if (value[0] != '\0') setenv("FLASHPP_SM90_BACKWARD", value, 1);
+  }
+  ~Sm90BackwardGuard() { unsetenv("FLASHPP_SM90_BACKWARD"); }
+};
+
 TEST(CudaBackward, DeterministicModeIsAccurateAndBitIdentical) {
   FLASHPP_SKIP_WITHOUT_GPU();
   std::uint64_t seed = 900;
+  for (const char* sm90 : {"", "0"})
   for (std::int64_t D : {64, 128, 256}) {
+    const Sm90BackwardGuard guard(sm90);
     AttentionCase c = make_case({2, 300, 300, 4, 2, D}, DType::bf16, Layout::bnhd, ++seed);
     c.options.deterministic = true;
     c.options.causal = D == 128;
@@ -488,12 +502,15 @@ TEST(CudaBackward, DeterministicModeIsAccurateAndBitIdentical) {
 
 // Many key tiles adding into each query tile, more blocks than the GPU holds at once, GQA, and
 // every mask shape: the deterministic mode must give the same bits run after run (on Hopper the
-// sm90 backward orders its dQ additions with turn counters; a wrong turn would show as a
-// difference or a hang), and agree with the non-deterministic mode to rounding.
+// sm90 backward orders its dQ additions with turn counters, a wrong turn would show as a
+// difference or a hang; the second pass, FLASHPP_SM90_BACKWARD=0, runs the sm80 family's), and
+// agree with the non-deterministic mode to rounding.
 TEST(CudaBackward, DeterministicModeUnderContention) {
   FLASHPP_SKIP_WITHOUT_GPU();
   std::uint64_t seed = 960;
+  for (const char* sm90 : {"", "0"})
   for (std::int64_t D : {64, 128}) {
+    const Sm90BackwardGuard guard(sm90);
     for (int shape = 0; shape < 4; ++shape) {
       AttentionCase c = make_case({2, shape == 3 ? 1500 : 2048, 2048, 8, 2, D},
                                   D == 64 ? DType::f16 : DType::bf16, Layout::bnhd, ++seed);

@@ -114,6 +114,12 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
   check_launch("sm90 backward kernel launch");
 }
 
+// A traits type passed as a value (the CUDA sources build as C++17: no std::type_identity).
+template <typename T>
+struct TraitsTag {
+  using type = T;
+};
+
 template <typename Element, int kHeadDim>
 void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& args,
                       cudaStream_t stream) {
@@ -128,30 +134,36 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
   if (args.deterministic && turns > 0 && params.dq_turns == nullptr) {
     throw Error(ErrorCode::internal, "sm90 backward: deterministic mode without turn counters");
   }
-  // Host work first (tensor maps), then the launches back to back, so the GPU does not wait
-  // between them on a small problem.
-  Sm90BackwardParams p{};
-  if (params.k_len > 0) p = with_tensor_maps<BackwardTraitsFor<Element, kHeadDim>>(params, args);
-  launch_preprocess<Element>(params, stream);
-  // With keys but no queries launch_main writes dK = dV = 0 without the main kernel.
-  if (params.k_len > 0) {
-    if (args.deterministic) {
-      if (turns > 0) {
+  // The main kernel's variant; its tensor maps follow its tiles (the deterministic mode keeps
+  // two consumers at D=64, 128-key blocks, where the others take 192).
+  auto run = [&](auto traits) {
+    using Traits = typename decltype(traits)::type;
+    // Host work first (tensor maps), then the launches back to back, so the GPU does not wait
+    // between them on a small problem.
+    Sm90BackwardParams p{};
+    if (params.k_len > 0) p = with_tensor_maps<Traits>(params, args);
+    launch_preprocess<Element>(params, stream);
+    // With keys but no queries launch_main writes dK = dV = 0 without the main kernel.
+    if (params.k_len > 0) {
+      if (args.deterministic && turns > 0) {
         check_cuda(cudaMemsetAsync(params.dq_turns, 0, turns * sizeof(int), stream),
                    "cudaMemsetAsync (sm90 backward turn counters)");
       }
-      if constexpr (sm90_deterministic_head_dim(kHeadDim)) {
-        launch_main<BackwardTraitsFor<Element, kHeadDim, true>>(p, stream);
-      } else {
-        throw Error(ErrorCode::internal, "sm90 backward: no deterministic mode at this head dim");
-      }
-    } else if (params.dropout.threshold != 0) {
-      launch_main<BackwardTraitsFor<Element, kHeadDim, false, true>>(p, stream);
-    } else {
-      launch_main<BackwardTraitsFor<Element, kHeadDim>>(p, stream);
+      launch_main<Traits>(p, stream);
     }
+    launch_postprocess<Element>(params, stream);
+  };
+  if (args.deterministic) {
+    if constexpr (sm90_deterministic_head_dim(kHeadDim)) {
+      run(TraitsTag<BackwardTraitsFor<Element, kHeadDim, true>>{});
+    } else {
+      throw Error(ErrorCode::internal, "sm90 backward: no deterministic mode at this head dim");
+    }
+  } else if (params.dropout.threshold != 0) {
+    run(TraitsTag<BackwardTraitsFor<Element, kHeadDim, false, true>>{});
+  } else {
+    run(TraitsTag<BackwardTraitsFor<Element, kHeadDim>>{});
   }
-  launch_postprocess<Element>(params, stream);
 }
 
 }  // namespace flashpp::cuda::sm90
