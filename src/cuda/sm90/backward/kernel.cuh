@@ -117,6 +117,14 @@ constexpr bool kSplitMask = FLASHPP_SM90_BWD_SPLIT_MASK != 0;
 #endif
 constexpr bool kDqAdds = FLASHPP_SM90_BWD_DQ_ADDS != 0;
 
+// Without the overlap (three consumers): dV and dK issued before dS^T is staged for the dQ
+// product (1), so that they run through the staging, its fence and the barrier, or with dQ (0).
+// Session 21 run 10 (H100, D=64): +0..+7% without dropout, -4..+0.3% with it, so the dropout
+// kernel keeps them with dQ.
+#ifndef FLASHPP_SM90_BWD_EARLY_DKV
+#define FLASHPP_SM90_BWD_EARLY_DKV 1
+#endif
+
 // Consumer warpgroups at head dim 64 (2 or 3; the other head dims and the deterministic mode take
 // 2): each owns 64 keys of the block, so 3 make 192-key blocks, with 160 registers a consumer
 // thread instead of 240. More warps to hide each consumer's serial chain of products and
@@ -154,6 +162,7 @@ struct Sm90BackwardTraits {
   // The overlap inside a step (FLASHPP_SM90_BWD_OVERLAP) with two consumers; three have 160
   // registers, and the overlap keeps more values live (at D=64 it measured +0..+0.7%).
   static constexpr bool kOverlap = kOverlapDefault && kConsumers == 2;
+  static constexpr bool kEarlyKeyGradients = !kOverlap && !kDropout && FLASHPP_SM90_BWD_EARLY_DKV != 0;
   static constexpr bool kPipeline =
       kOverlap && (FLASHPP_SM90_BWD_PIPELINE < 0 ? kHeadDim >= 128 : FLASHPP_SM90_BWD_PIPELINE != 0);
   static constexpr int kDqColumns = kBlockDq ? kHeadDim / kConsumers : kHeadDim;
@@ -686,6 +695,12 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       ptx::wgmma_fence();
       issue_key_gradient<Traits>(dk, ds_a, smem.q(s));
       ptx::wgmma_commit();
+    } else if constexpr (Traits::kEarlyKeyGradients) {
+      // accumulate_dv and accumulate_dk: they run while dS^T is staged for dQ.
+      ptx::wgmma_fence();
+      issue_key_gradient<Traits>(dv, p_a, smem.dout(s));
+      issue_key_gradient<Traits>(dk, ds_a, smem.q(s));
+      ptx::wgmma_commit();
     }
 
     // dS^T (16-bit) into this consumer's 128-byte-swizzled buffer for the dQ product.
@@ -707,7 +722,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     // accumulate_dq's product (after accumulate_dv and accumulate_dk without kOverlap).
     float dq[Traits::kDqTiles][4];
     ptx::wgmma_fence();
-    if constexpr (!Traits::kOverlap) {
+    if constexpr (!Traits::kOverlap && !Traits::kEarlyKeyGradients) {
       issue_key_gradient<Traits>(dv, p_a, smem.dout(s));
       issue_key_gradient<Traits>(dk, ds_a, smem.q(s));
     }
