@@ -10,7 +10,7 @@ time_interleaved); median over the rounds.
 --alt NAME=env:VAR=VALUE adds this build run with VAR=VALUE in the environment (e.g.
 sm80=env:FLASHPP_CUDA_FAMILY=sm80: the portable kernel family against the Hopper one);
 --alt NAME=opt:FIELD=VALUE this build with one field of the options changed (e.g.
-det=opt:deterministic=1); several settings join with '+' (det90=opt:deterministic=1+env:FLASHPP_SM90_BACKWARD=1),
+det=opt:deterministic=1); several settings join with '+' (det80=opt:deterministic=1+env:FLASHPP_SM90_BACKWARD=0),
 also after another build's path (v2det=build-v2/libflashpp.so+opt:deterministic=1). FLOPs: forward 4*B*Hq*Nq*Nk*D (halved when causal), backward 2.5x forward.
 Prints, last, one table per direction: TFLOPS of each and ours/peer ratios.
 

@@ -59,9 +59,9 @@ std::string sm90_backward_unsupported(const detail::Problem& pr, bool determinis
 // The backward's family. FLASHPP_CUDA_FAMILY=sm80 forces sm80 and =sm90 forces sm90 (an error
 // where it does not apply); FLASHPP_SM90_BACKWARD=0 turns the sm90 backward off (=1, once the
 // deterministic mode's opt-in, is the default now). Otherwise sm90 runs wherever it applies: it
-// measured faster than sm80 on
-// the H100 at kernel head dims 64 (+17-20%, run 28 in BENCHMARKS.md) and 128 (+15-20% since the
-// block's dQ, run 30), and on the H200 at 96 (+71-78%, session 15 run 16).
+// measured faster than sm80 on the H100 at kernel head dims 64 (+17-20%, run 28 in
+// BENCHMARKS.md) and 128 (+15-20% since the block's dQ, run 30), and on the H200 at 96
+// (+71-78%, session 15 run 16).
 // The workspace query and the run both ask, so they agree.
 bool use_sm90_backward(const detail::Problem& pr, bool deterministic) {
   const std::string requested = requested_family();

@@ -162,7 +162,8 @@ struct Sm90BackwardTraits {
   // The overlap inside a step (FLASHPP_SM90_BWD_OVERLAP) with two consumers; three have 160
   // registers, and the overlap keeps more values live (at D=64 it measured +0..+0.7%).
   static constexpr bool kOverlap = kOverlapDefault && kConsumers == 2;
-  static constexpr bool kEarlyKeyGradients = !kOverlap && !kDropout && FLASHPP_SM90_BWD_EARLY_DKV != 0;
+  static constexpr bool kEarlyKeyGradients =
+      !kOverlap && !kDropout && FLASHPP_SM90_BWD_EARLY_DKV != 0;
   static constexpr bool kPipeline =
       kOverlap && (FLASHPP_SM90_BWD_PIPELINE < 0 ? kHeadDim >= 128 : FLASHPP_SM90_BWD_PIPELINE != 0);
   static constexpr int kDqColumns = kBlockDq ? kHeadDim / kConsumers : kHeadDim;
@@ -204,7 +205,8 @@ struct Sm90BackwardTraits {
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one Hopper block");
-  static_assert(kConsumers == 2 || (kConsumers == 3 && !kBlockDq), "2 consumers, or 3 with their own dQ");
+  static_assert(kConsumers == 2 || (kConsumers == 3 && !kBlockDq),
+                "2 consumers, or 3 with their own dQ");
 };
 
 template <typename Traits>
@@ -719,7 +721,8 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     // steps later, after the next step's barrier, which both pass only once done with this one.
     ptx::named_barrier_sync(ds_barrier, ds_threads);
 
-    // accumulate_dq's product (after accumulate_dv and accumulate_dk without kOverlap).
+    // accumulate_dq's product (with accumulate_dv and accumulate_dk where neither the overlap
+    // nor kEarlyKeyGradients issued them earlier).
     float dq[Traits::kDqTiles][4];
     ptx::wgmma_fence();
     if constexpr (!Traits::kOverlap && !Traits::kEarlyKeyGradients) {
