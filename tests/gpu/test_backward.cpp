@@ -12,9 +12,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -28,6 +28,7 @@
 #include "flashpp/flashpp.hpp"
 #include "gpu_buffer.hpp"
 #include "gpu_runner.hpp"
+#include "scoped_env.hpp"
 
 namespace flashpp::test {
 namespace {
@@ -464,23 +465,18 @@ TEST(CudaBackward, StridedLse) {
   check_case(make_case({2, 100, 100, 2, 1, 64}, DType::f16, Layout::bnhd, 800), Layout::padded);
 }
 
-// Sets FLASHPP_SM90_BACKWARD for the guard's lifetime ("" leaves it unset): on Hopper the default
-// runs the sm90 family's deterministic mode (whose tiles differ from the other sm90 variants at
-// D=64), "0" the sm80 family's.
-class Sm90BackwardGuard {
- public:
-  explicit Sm90BackwardGuard(const char* value) {
-    if (value[0] != '\0') setenv("FLASHPP_SM90_BACKWARD", value, 1);
-  }
-  ~Sm90BackwardGuard() { unsetenv("FLASHPP_SM90_BACKWARD"); }
-};
+// The deterministic tests' two passes: FLASHPP_SM90_BACKWARD as the binary was started (on
+// Hopper by default the sm90 family's deterministic mode, whose tiles differ from the other sm90
+// variants at D=64), then =0 (the sm80 family's).
+constexpr const char* kDeterministicPasses[] = {"", "0"};
 
 TEST(CudaBackward, DeterministicModeIsAccurateAndBitIdentical) {
   FLASHPP_SKIP_WITHOUT_GPU();
   std::uint64_t seed = 900;
-  for (const char* sm90 : {"", "0"})
+  for (const char* sm90 : kDeterministicPasses)
   for (std::int64_t D : {64, 128, 256}) {
-    const Sm90BackwardGuard guard(sm90);
+    std::optional<gpu_test::ScopedEnv> guard;
+    if (sm90[0] != '\0') guard.emplace("FLASHPP_SM90_BACKWARD", sm90);
     AttentionCase c = make_case({2, 300, 300, 4, 2, D}, DType::bf16, Layout::bnhd, ++seed);
     c.options.deterministic = true;
     c.options.causal = D == 128;
@@ -508,9 +504,10 @@ TEST(CudaBackward, DeterministicModeIsAccurateAndBitIdentical) {
 TEST(CudaBackward, DeterministicModeUnderContention) {
   FLASHPP_SKIP_WITHOUT_GPU();
   std::uint64_t seed = 960;
-  for (const char* sm90 : {"", "0"})
+  for (const char* sm90 : kDeterministicPasses)
   for (std::int64_t D : {64, 128}) {
-    const Sm90BackwardGuard guard(sm90);
+    std::optional<gpu_test::ScopedEnv> guard;
+    if (sm90[0] != '\0') guard.emplace("FLASHPP_SM90_BACKWARD", sm90);
     for (int shape = 0; shape < 4; ++shape) {
       AttentionCase c = make_case({2, shape == 3 ? 1500 : 2048, 2048, 8, 2, D},
                                   D == 64 ? DType::f16 : DType::bf16, Layout::bnhd, ++seed);

@@ -12,6 +12,7 @@
 #include "common/inference_case.hpp"
 #include "common/metrics.hpp"
 #include "gpu_buffer.hpp"
+#include "scoped_env.hpp"
 
 namespace flashpp::gpu_test {
 namespace {
@@ -168,32 +169,6 @@ TEST_P(DecodeVsOracle, MatchesOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, DecodeVsOracle, ::testing::ValuesIn(decode_params()),
                          [](const auto& info) { return info.param.name; });
-
-// Sets an environment variable for the scope of a test (unset again, or restored, after).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      had_ = true;
-      old_ = old;
-    }
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
 
 // Forced split counts (FLASHPP_DECODE_SPLITS) on both variants (FLASHPP_DECODE_VARIANT): counts
 // that do not divide the tile count, more splits than tiles (empty splits: lse = -inf, weight 0),

@@ -16,6 +16,7 @@
 #include "common/tolerance.hpp"
 #include "gpu_buffer.hpp"
 #include "gpu_runner.hpp"
+#include "scoped_env.hpp"
 
 namespace flashpp {
 namespace {
@@ -23,11 +24,13 @@ namespace {
 using test::AttentionCase;
 using test::Layout;
 
-// Sets FLASHPP_CUDA_FAMILY for the lifetime of the guard.
+// FLASHPP_CUDA_FAMILY=family for the lifetime of the guard, then as the binary was started.
 class FamilyGuard {
  public:
-  explicit FamilyGuard(const char* family) { setenv("FLASHPP_CUDA_FAMILY", family, 1); }
-  ~FamilyGuard() { unsetenv("FLASHPP_CUDA_FAMILY"); }
+  explicit FamilyGuard(const char* family) : env_("FLASHPP_CUDA_FAMILY", family) {}
+
+ private:
+  gpu_test::ScopedEnv env_;
 };
 
 bool device_is_sm90() {
