@@ -74,8 +74,9 @@ bool use_sm90_backward(const detail::Problem& pr, bool deterministic) {
   if (!why_not.empty()) return false;
   const char* opt = std::getenv("FLASHPP_SM90_BACKWARD");
   if (opt != nullptr && std::string(opt) == "0") return false;
-  // The deterministic mode too (since session 21): its ordered dQ additions measured +7..+11%
-  // over the sm80 deterministic backward at D=64 and +44..+51% at D=128 (H100, session 21 run 5).
+  // The deterministic mode too (since session 21): its ordered dQ additions measured +7..+12%
+  // over the sm80 deterministic backward at D=64 and +41..+51% at D=128 (H100, session 21 run 5;
+  // run 6, both dtypes and N=1024 too: +1..+14% and +21..+53%).
   return true;
 }
 
