@@ -1,11 +1,14 @@
 // The CUDA forward's dropout mask equals the shared Philox rule (src/common/philox.hpp, the one
 // the CPU backends use) element for element. With V = the identity (Nk = D), O's row i is
 // P~_i = P_i * keep_i / (1 - p) itself, so an element of O is zero exactly where the key was
-// dropped: the mask is read straight off the output. D = 64 and 128, on the default grid and on
-// two persistent blocks that walk every item (each item's tiles masked with the right counters).
+// dropped: the mask is read straight off the output. Every head dim, with and without softcap
+// (the sm90 forward has a dropout kernel and a softcap-and-dropout kernel), on the default grid
+// and on two persistent blocks that walk every item (each item's tiles masked with the right
+// counters).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "api/validate.hpp"
 #include "common/attention_case.hpp"
@@ -15,9 +18,9 @@
 namespace flashpp {
 namespace {
 
-// Nk = D keys; Nq query rows.
+// Nk = D keys; Nq query rows. softcap > 0 keeps every P above zero, so the check holds with it.
 void check_mask(DType dtype, test::Layout layout, bool causal, std::int64_t D = 64,
-                std::int64_t Nq = 100) {
+                std::int64_t Nq = 100, float softcap = 0.0f) {
   test::AttentionCase c;
   c.shape = {2, Nq, D, 3, 3, D};
   c.dtype = dtype;
@@ -27,6 +30,7 @@ void check_mask(DType dtype, test::Layout layout, bool causal, std::int64_t D = 
   c.options.seed = 0x0123456789ABCDEFull;
   c.options.offset = (5ull << 32) + 99;
   c.options.causal = causal;
+  c.options.softcap = softcap;
   test::AttentionInputs in = test::make_inputs(c);
   for (std::int64_t b = 0; b < 2; ++b)
     for (std::int64_t j = 0; j < D; ++j)
@@ -75,6 +79,16 @@ TEST(ForwardDropoutMask, EqualsPhiloxRuleD128) {
   FLASHPP_SKIP_WITHOUT_GPU();
   check_mask(DType::bf16, test::Layout::bnhd, false, 128, 300);
   check_mask(DType::f16, test::Layout::bhnd, true, 128, 300);
+}
+
+TEST(ForwardDropoutMask, EqualsPhiloxRuleEveryHeadDimWithAndWithoutSoftcap) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  for (const std::int64_t D : {64, 96, 128, 192, 256}) {
+    for (const float softcap : {0.0f, 5.0f}) {
+      SCOPED_TRACE("D=" + std::to_string(D) + " softcap=" + std::to_string(softcap));
+      check_mask(DType::bf16, test::Layout::bnhd, false, D, 200, softcap);
+    }
+  }
 }
 
 // Two blocks walk all 18 items (3 query tiles x 6 heads, one key tile each) on the sm90 family

@@ -217,6 +217,18 @@ struct IssueTurns {
   }
 };
 
+// The element-wise extras a kernel is compiled with: their code costs registers, so each call
+// takes the kernel with the least it needs. `dropout`: calls with dropout and no softcap (the
+// softcap's tanhf made the D=128 kernel spill 96 bytes a thread in its key-tile loop).
+enum class ScoreExtras { none, dropout, softcap_dropout };
+
+// Whether a kernel's consumer warpgroups take turns (IssueTurns): all but the dropout kernel at
+// D=64, whose softmax steps, with the Philox calls, outlast the other warpgroup's products
+// (session 22 run 1, H200: without turns +4..+6% there, -11..-15% at D=128).
+template <typename Traits, ScoreExtras kExtras>
+inline constexpr bool kTakesTurns =
+    FLASHPP_SM90_PINGPONG != 0 && !(kExtras == ScoreExtras::dropout && Traits::kHeadDim <= 64);
+
 // The work item of this block: which query tile of which (batch, head), and its key tiles.
 struct ForwardTile {
   std::int64_t b, h, h_kv, bh, m0, m_end;
@@ -475,15 +487,15 @@ __device__ __forceinline__ void release_buffer(std::uint64_t* empty, int lane) {
   if (lane == 0) ptx::mbarrier_arrive(empty);
 }
 
-// One item of one consumer warpgroup. kExtras: the instantiation that also handles softcap and
-// dropout (their code costs registers, so the plain one leaves it out). kQWaited: the caller has
+// One item of one consumer warpgroup. kExtras: what the instantiation handles beyond the plain
+// steps (ScoreExtras). kQWaited: the caller has
 // waited for the item's Q tile (the handoff). `items_done` and `ring` as for load_item (ring
 // advanced here).
-template <typename Traits, bool kExtras, bool kQWaited>
+template <typename Traits, ScoreExtras kExtras, bool kQWaited, typename Turns>
 __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
                                               const SharedStorage<Traits>& smem,
                                               const ForwardTile& tile, int consumer,
-                                              const IssueTurns<Traits::kConsumers>& turns,
+                                              const Turns& turns,
                                               int items_done, int& ring) {
   const ForwardParams& p = params.args;
   const int lane = threadIdx.x & 31;
@@ -510,13 +522,14 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
   if (num_tiles == 0 && Traits::kSeparateOutput) release_buffer(smem.q_empty(), lane);
   if (num_tiles > 0) {
     const auto bh32 = static_cast<std::uint32_t>(tile.bh);
-    const bool dropout = kExtras && p.dropout.threshold != 0;
+    constexpr bool kSoftcap = kExtras == ScoreExtras::softcap_dropout;
+    const bool dropout = kExtras != ScoreExtras::none && p.dropout.threshold != 0;
     DropoutSigns<Traits> keep;  // the dropout decisions of the latest score tile
     // The element-wise steps of one score tile, in the paper's order; the rescale of O they ask
     // for comes back in `correction` (1 for the first tile, whose O is still zero).
     auto softmax_steps = [&](float (&s)[1][Traits::kNTiles][4], std::int64_t n_block) {
       const std::int64_t n0 = n_block * Traits::kBlockN;
-      if (kExtras && p.softcap > 0.0f) apply_softcap<Traits>(s, p);
+      if (kSoftcap && p.softcap > 0.0f) apply_softcap<Traits>(s, p);
       if (tile.keys.needs_mask(n_block)) apply_mask<Traits>(s, p, row0, n0, lane);
       const SoftmaxCorrection<Traits> correction =
           online_softmax_update<Traits>(s, row_max, row_sum, p.scale_log2);
@@ -620,11 +633,11 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
 
 // A consumer warpgroup's items: on the snake walk as the producer hands them over (ItemHandoff),
 // up to the end of the walk; on the stride walk the consumers take the positions themselves.
-template <typename Traits, bool kExtras, WalkKind kWalk>
+template <typename Traits, ScoreExtras kExtras, WalkKind kWalk>
 __device__ __forceinline__ void consumer_loop(const Sm90ForwardParams& params,
                                               const SharedStorage<Traits>& smem,
                                               const ItemWalk<kWalk>& walk, int consumer) {
-  const IssueTurns<Traits::kConsumers> turns{consumer};
+  const IssueTurns<Traits::kConsumers, kTakesTurns<Traits, kExtras>> turns{consumer};
   turns.start();
   int ring = 0;
   if constexpr (kHandOffItems<kWalk>) {
@@ -652,7 +665,7 @@ __device__ __forceinline__ void consumer_loop(const Sm90ForwardParams& params,
 // The kernel
 // ---------------------------------------------------------------------------------------------
 
-template <typename Traits, bool kExtras, WalkKind kWalk = WalkKind::stride>
+template <typename Traits, ScoreExtras kExtras, WalkKind kWalk = WalkKind::stride>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Sm90ForwardParams params) {
 #if FLASHPP_WGMMA_AVAILABLE

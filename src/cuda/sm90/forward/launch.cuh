@@ -156,7 +156,7 @@ inline bool use_tall_tile(const ForwardParams& params) {
   return !params.mask.active() || params.q_len >= kTallMaskedRows;
 }
 
-// kExtras: whether the softcap/dropout kernel is instantiated for these tiles (callers with
+// kExtras: whether the softcap and dropout kernels are instantiated for these tiles (callers with
 // softcap or dropout must use tiles that have it).
 template <typename Traits, bool kExtras = true>
 void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs& args,
@@ -190,11 +190,17 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
   // instantiated for the plain kernel only.
   if (extras && Traits::kHeadDim == 128 && persistent_forced() != 1) choice = one_per_item;
   if (choice.walk != WalkKind::stride && extras) choice = one_per_item;
-  auto kernel = flash_fwd_sm90_kernel<Traits, false>;
+  auto kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none>;
   if constexpr (kExtras) {
-    if (extras) kernel = flash_fwd_sm90_kernel<Traits, true>;
+    if (params.softcap > 0.0f) {
+      kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::softcap_dropout>;
+    } else if (extras) {
+      kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::dropout>;
+    }
   }
-  if (choice.walk == WalkKind::snake) kernel = flash_fwd_sm90_kernel<Traits, false, WalkKind::snake>;
+  if (choice.walk == WalkKind::snake) {
+    kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none, WalkKind::snake>;
+  }
 #if FLASHPP_SM90_FWD_TRACE
   p.trace = trace_buffer(stream);
 #endif
