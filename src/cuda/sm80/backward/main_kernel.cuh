@@ -44,6 +44,7 @@
 #include "tile_io.cuh"
 #include "../../common/tile_range.hpp"
 #include "../../common/poison.cuh"
+#include "../../common/sector_store.cuh"
 
 namespace flashpp::cuda::sm80 {
 
@@ -487,28 +488,48 @@ __device__ __forceinline__ void write_dk_dv(const GradAccumulator<Shape>& dv_acc
   auto* dk = static_cast<Element*>(p.dk) + batch * p.dk_strides.batch + kv_head * p.dk_strides.head;
   auto* dv = static_cast<Element*>(p.dv) + batch * p.dv_strides.batch + kv_head * p.dv_strides.head;
   const bool split_piece = blockIdx.x >= p.split.whole_units;
-  float* dv_sum = split_piece ? split_unit_sums(p, unit_piece(p.split, blockIdx.x).split_index)
-                              : nullptr;
+  if (split_piece) {
+    float* dv_sum = split_unit_sums(p, unit_piece(p.split, blockIdx.x).split_index);
 #pragma unroll
-  for (int mt = 0; mt < Shape::kKeyTiles; ++mt) {
+    for (int mt = 0; mt < Shape::kKeyTiles; ++mt) {
 #pragma unroll
-    for (int n = 0; n < Shape::kGradCols / 8; ++n) {
-      const int col = grad_col0 + 8 * n + 2 * t;
+      for (int n = 0; n < Shape::kGradCols / 8; ++n) {
+        const int col = grad_col0 + 8 * n + 2 * t;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const std::int64_t j = j0 + key_row0 + 16 * mt + g + 8 * half;
-        if (j >= p.k_len || col >= head_dim) continue;
-        if (split_piece) {
+        for (int half = 0; half < 2; ++half) {
+          const std::int64_t j = j0 + key_row0 + 16 * mt + g + 8 * half;
+          if (j >= p.k_len || col >= head_dim) continue;
           float* sum = dv_sum + (j - j0) * kHeadDim + col;
           add_pair(sum, dv_acc[mt][n][2 * half], dv_acc[mt][n][2 * half + 1]);
           add_pair(sum + Shape::kKeyRows * kHeadDim, dk_acc[mt][n][2 * half] * p.scale,
                    dk_acc[mt][n][2 * half + 1] * p.scale);
-          continue;
         }
-        *reinterpret_cast<std::uint32_t*>(dv + j * p.dv_strides.row + col) =
-            pack_pair<Element>(dv_acc[mt][n][2 * half], dv_acc[mt][n][2 * half + 1]);
-        *reinterpret_cast<std::uint32_t*>(dk + j * p.dk_strides.row + col) = pack_pair<Element>(
-            dk_acc[mt][n][2 * half] * p.scale, dk_acc[mt][n][2 * half + 1] * p.scale);
+      }
+    }
+    return;
+  }
+  // Whole units store, in whole 32-byte sectors (common/sector_store.cuh); head_dim is a
+  // multiple of 8, so an 8-column tile is stored whole or not at all.
+  const int col = grad_col0 + sector_store_column(t);
+#pragma unroll
+  for (int mt = 0; mt < Shape::kKeyTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t j = j0 + key_row0 + 16 * mt + g + 8 * half;
+      const bool row_in = j < p.k_len;
+      Element* dk_row = dk + (row_in ? j * p.dk_strides.row : 0) + col;
+      Element* dv_row = dv + (row_in ? j * p.dv_strides.row : 0) + col;
+#pragma unroll
+      for (int a = 0; a < Shape::kGradCols / 16; ++a) {
+        const int tile = (t & 1) ? 2 * a + 1 : 2 * a;
+        const bool store = row_in && grad_col0 + 8 * tile < head_dim;
+        const float (&v0)[4] = dv_acc[mt][2 * a], (&v1)[4] = dv_acc[mt][2 * a + 1];
+        const float (&k0)[4] = dk_acc[mt][2 * a], (&k1)[4] = dk_acc[mt][2 * a + 1];
+        store_tile_pair(dv_row + 16 * a, pack_pair<Element>(v0[2 * half], v0[2 * half + 1]),
+                        pack_pair<Element>(v1[2 * half], v1[2 * half + 1]), t, store);
+        store_tile_pair(dk_row + 16 * a,
+                        pack_pair<Element>(k0[2 * half] * p.scale, k0[2 * half + 1] * p.scale),
+                        pack_pair<Element>(k1[2 * half] * p.scale, k1[2 * half + 1] * p.scale), t, store);
       }
     }
   }

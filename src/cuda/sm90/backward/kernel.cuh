@@ -54,6 +54,8 @@
 #include "../../ptx/warpgroup.cuh"
 #include "../../ptx/wgmma.cuh"
 #include "../../common/poison.cuh"
+#include "../../common/sector_store.cuh"
+#include "trace.cuh"
 
 namespace flashpp::cuda::sm90 {
 
@@ -136,7 +138,22 @@ constexpr bool kDqAdds = FLASHPP_SM90_BWD_DQ_ADDS != 0;
 struct Sm90BackwardParams {
   BackwardParams args;
   CUtensorMap q_map, k_map, v_map, dout_map;
+#if FLASHPP_SM90_BWD_TRACE
+  std::uint64_t* trace;  // trace.cuh's buffer
+#endif
 };
+
+// A stamp of trace.cuh (timing builds only; nothing otherwise), by the calling thread.
+#if FLASHPP_SM90_BWD_TRACE
+#define FLASHPP_BWD_STAMP(event, value) backward_stamp(params.trace, BackwardTraceEvent::event, (value))
+#else
+#define FLASHPP_BWD_STAMP(event, value) ((void)0)
+#endif
+// The same by consumer 0's first thread only.
+#define FLASHPP_BWD_CONSUMER_STAMP(event, value)                                                 \
+  do {                                                                                           \
+    if (consumer == 0 && threadIdx.x % 128 == 0) FLASHPP_BWD_STAMP(event, value);                \
+  } while (0)
 
 template <typename Element_, int kHeadDim_, bool kDeterministic_ = false, bool kDropout_ = false>
 struct Sm90BackwardTraits {
@@ -311,6 +328,7 @@ __device__ __forceinline__ void load_backward_tiles(const Sm90BackwardParams& pa
                                                     const BackwardTile& tile) {
   const BackwardParams& p = params.args;
   const int b = static_cast<int>(tile.b), h_kv = static_cast<int>(tile.h_kv);
+  FLASHPP_BWD_STAMP(producer_start, clock64());
   mbarrier_expect_bytes(smem.kv_full(), 2 * Traits::KTile::kBytes);
 #pragma unroll
   for (int panel = 0; panel < Traits::kPanels; ++panel) {
@@ -319,6 +337,7 @@ __device__ __forceinline__ void load_backward_tiles(const Sm90BackwardParams& pa
     tma_load_4d(smem.v() + panel * Traits::kKPanelBytes, &params.v_map, panel * 64,
                 static_cast<int>(tile.n0), h_kv, b, smem.kv_full());
   }
+  FLASHPP_BWD_STAMP(kv_issued, clock64());
   for (int step = 0; step < tile.steps; ++step) {
     const int s = step % Traits::kStages;
     wait_step_empty(smem.step_empty(s), Traits::kStages, step);
@@ -336,6 +355,7 @@ __device__ __forceinline__ void load_backward_tiles(const Sm90BackwardParams& pa
     bulk_load(smem.lse(s), p.lse_log2 + row, Traits::kBlockM * 4, smem.step_full(s));
     bulk_load(smem.delta(s), p.delta + row, Traits::kBlockM * 4, smem.step_full(s));
   }
+  FLASHPP_BWD_STAMP(loads_issued, clock64());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -541,6 +561,42 @@ __device__ __forceinline__ auto& own_or(Own& own, Shared& shared) {
   }
 }
 
+// dK = scale * sum dS^T Q, dV = sum P^T dO: this warp's 16 keys (rows g and g + 8 from key0), every
+// column below head_dim (a multiple of 8: a tile is stored whole or not at all), in whole 32-byte
+// sectors (common/sector_store.cuh; +8% at N=1024 over 4-byte stores, session 22 run 7).
+template <typename Traits>
+__device__ __forceinline__ void store_key_gradients(const float (&dk)[Traits::kDTiles][4],
+                                                    const float (&dv)[Traits::kDTiles][4],
+                                                    const BackwardParams& p, const BackwardTile& tile,
+                                                    std::int64_t key0, int g, int t) {
+  using Element = typename Traits::Element;
+  static_assert(Traits::kDTiles % 2 == 0, "pairs of 8-column tiles");
+  const int col_tiles = p.head_dim / 8;
+  const int col = sector_store_column(t);
+  Element* dk_out = static_cast<Element*>(p.dk) + tile.b * p.dk_strides.batch +
+                    tile.h_kv * p.dk_strides.head + col;
+  Element* dv_out = static_cast<Element*>(p.dv) + tile.b * p.dv_strides.batch +
+                    tile.h_kv * p.dv_strides.head + col;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t j = key0 + g + 8 * half;
+    const bool row_in = j < p.k_len;
+    Element* dk_row = dk_out + (row_in ? j * p.dk_strides.row : 0);
+    Element* dv_row = dv_out + (row_in ? j * p.dv_strides.row : 0);
+#pragma unroll
+    for (int a = 0; a < Traits::kDTiles / 2; ++a) {
+      const bool store = row_in && ((t & 1) ? 2 * a + 1 : 2 * a) < col_tiles;
+      const float (&k0)[4] = dk[2 * a], (&k1)[4] = dk[2 * a + 1];
+      const float (&v0)[4] = dv[2 * a], (&v1)[4] = dv[2 * a + 1];
+      store_tile_pair(dk_row + 16 * a,
+                      pack_pair<Element>(k0[2 * half] * p.scale, k0[2 * half + 1] * p.scale),
+                      pack_pair<Element>(k1[2 * half] * p.scale, k1[2 * half + 1] * p.scale), t, store);
+      store_tile_pair(dv_row + 16 * a, pack_pair<Element>(v0[2 * half], v0[2 * half + 1]),
+                      pack_pair<Element>(v1[2 * half], v1[2 * half + 1]), t, store);
+    }
+  }
+}
+
 template <typename Traits>
 __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& params,
                                                   const BackwardShared<Traits>& smem,
@@ -589,7 +645,10 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       return;
     }
   }
+  FLASHPP_BWD_CONSUMER_STAMP(consumer_start, clock64());
+  FLASHPP_BWD_CONSUMER_STAMP(steps, static_cast<std::uint64_t>(tile.steps));
   if (tile.steps > 0) mbarrier_wait(smem.kv_full(), 0);
+  FLASHPP_BWD_CONSUMER_STAMP(kv_ready, clock64());
   if (kPipeline && tile.steps > 0) issue_s(0);
   for (int step = 0; step < tile.steps; ++step) {
     const int s = step % Traits::kStages;
@@ -778,7 +837,9 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
         if (threadIdx.x % 128 == 0) ptx::pass_turn(turns);
       }
     }
+    if (step == 0) FLASHPP_BWD_CONSUMER_STAMP(step0_done, clock64());
   }
+  FLASHPP_BWD_CONSUMER_STAMP(loop_done, clock64());
   // The last step's extra S^T (kPipeline); unconditional: a wait on some paths only made ptxas
   // serialise the products.
   if constexpr (kPipeline) ptx::wgmma_wait<0>();
@@ -786,24 +847,11 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
   if constexpr (Traits::kDqBulk) {
     if (lane == 0) bulk_wait<0>();
   }
+  FLASHPP_BWD_CONSUMER_STAMP(dq_done, clock64());
 
-  // dK = scale * sum dS^T Q, dV = sum P^T dO: this warp's 16 keys, every column below head_dim.
-  Element* dk_out = static_cast<Element*>(p.dk) + tile.b * p.dk_strides.batch + tile.h_kv * p.dk_strides.head;
-  Element* dv_out = static_cast<Element*>(p.dv) + tile.b * p.dv_strides.batch + tile.h_kv * p.dv_strides.head;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const std::int64_t j = key0 + g + 8 * half;
-    if (j >= p.k_len) continue;
-#pragma unroll
-    for (int dt = 0; dt < Traits::kDTiles; ++dt) {
-      const int col = dt * 8 + 2 * t;
-      if (col >= p.head_dim) continue;
-      *reinterpret_cast<std::uint32_t*>(dk_out + j * p.dk_strides.row + col) =
-          pack_pair<Element>(dk[dt][2 * half] * p.scale, dk[dt][2 * half + 1] * p.scale);
-      *reinterpret_cast<std::uint32_t*>(dv_out + j * p.dv_strides.row + col) =
-          pack_pair<Element>(dv[dt][2 * half], dv[dt][2 * half + 1]);
-    }
-  }
+  store_key_gradients<Traits>(dk, dv, p, tile, key0, g, t);
+  FLASHPP_BWD_CONSUMER_STAMP(stored, clock64());
+  FLASHPP_BWD_CONSUMER_STAMP(end_ns, global_ns());
 }
 
 // One block of a backward kernel of Traits: barriers, the register split, the producer's loads
@@ -816,6 +864,8 @@ __device__ __forceinline__ void backward_block(const Sm90BackwardParams& params,
   const BackwardShared<Traits> smem{smem_raw};
   const BackwardTile tile = backward_tile<Traits>(params.args);
   if (threadIdx.x == 0) {
+    FLASHPP_BWD_STAMP(block_start_ns, global_ns());
+    FLASHPP_BWD_STAMP(sm, backward_sm_id());
     ptx::mbarrier_init(smem.kv_full(), 1);
     for (int s = 0; s < Traits::kStages; ++s) {
       ptx::mbarrier_init(smem.step_full(s), 1);

@@ -110,8 +110,14 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
   const std::int64_t slots = ordered ? cached_resident_blocks(kernel, Traits::kThreads, kSmem) : 0;
   p.args.heads_per_group = ordered ? heads_per_group(true, n_blocks, kv_heads, slots) : 1;
   const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(kv_heads));
+#if FLASHPP_SM90_BWD_TRACE
+  p.trace = backward_trace_buffer(stream);
+#endif
   kernel<<<grid, Traits::kThreads, kSmem, stream>>>(p);
   check_launch("sm90 backward kernel launch");
+#if FLASHPP_SM90_BWD_TRACE
+  write_backward_trace(p.trace, n_blocks * kv_heads, stream);
+#endif
 }
 
 // A traits type passed as a value (the CUDA sources build as C++17: no std::type_identity).

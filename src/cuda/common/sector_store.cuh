@@ -1,0 +1,33 @@
+// Accumulator rows to global memory in whole 32-byte sectors.
+//
+// In the mma accumulator layout (mma.sync m16n8 tiles, and each warp's rows of a wgmma
+// accumulator) lane (g, t) holds columns 8n + 2t and 8n + 2t + 1 of its rows. Stored as is, a
+// row leaves in 4-byte pieces and every 32-byte sector of it is written in two halves by two
+// store instructions; on the H200 such partial-sector writes made the sm90 backward's dK/dV
+// epilogue take 8-11k cycles a block at D=128 against 2.2k in whole sectors (session 22 run 7).
+// Here lanes t and t ^ 1 swap one 16-bit pair per two 8-column tiles (2a, 2a + 1): the even lane
+// then holds tile 2a's columns 2t .. 2t + 3, the odd lane tile 2a + 1's, and stores them as 8
+// bytes, so the four lanes of a row write the two tiles' 32 bytes with one instruction.
+#pragma once
+
+#include <cstdint>
+
+namespace flashpp::cuda {
+
+// The first column of a tile pair that lane t stores, relative to the pair's first column.
+__device__ __forceinline__ int sector_store_column(int t) { return 2 * (t & 2) + ((t & 1) ? 8 : 0); }
+
+// One pair of 8-column tiles of this lane's row: `even` and `odd` are its packed pairs of tiles
+// 2a and 2a + 1; `at` points at the pair's first column plus sector_store_column(t) (8-byte
+// aligned when the row is 16-byte aligned). Every lane of the warp calls it (a shuffle);
+// `store` says whether this lane writes (its row and its tile in range).
+__device__ __forceinline__ void store_tile_pair(void* at, std::uint32_t even, std::uint32_t odd,
+                                                int t, bool store) {
+  const bool odd_lane = (t & 1) != 0;
+  const std::uint32_t other = __shfl_xor_sync(0xffffffffu, odd_lane ? even : odd, 1);
+  if (store) {
+    *static_cast<uint2*>(at) = odd_lane ? make_uint2(other, odd) : make_uint2(even, other);
+  }
+}
+
+}  // namespace flashpp::cuda
