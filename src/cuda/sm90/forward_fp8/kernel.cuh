@@ -31,6 +31,7 @@
 
 #include <cstdint>
 
+#include "../../common/sector_store.cuh"
 #include "../forward/kernel.cuh"
 #include "fp8_fragments.cuh"
 #include "fp8_layout.hpp"
@@ -378,7 +379,7 @@ __device__ __forceinline__ float descale_at(const float* d, const std::int64_t (
 }
 
 // O / row sum * v_descale -> f16/bf16, stored from the accumulator layout (rows < Nq, columns
-// < D); lse = max * scale_qk + ln(sum) - 8 ln 2.
+// < D, a multiple of 16 here); lse = max * scale_qk + ln(sum) - 8 ln 2.
 template <typename Traits>
 __device__ __forceinline__ void write_output_fp8(const float (&o)[1][Traits::kDTiles][4],
                                                  const float (&row_max)[1][2],
@@ -395,21 +396,20 @@ __device__ __forceinline__ void write_output_fp8(const float (&o)[1][Traits::kDT
     const float sum = quad_sum(row_sum[0][half]);
     const bool empty_row = !(sum > 0.0f);
     const float factor = empty_row ? 0.0f : v_scale / sum;
-    if (i < p.q_len) {
-      Out* row = o_base + i * p.o_strides.row;
+    // In whole 32-byte sectors (common/sector_store.cuh); every lane takes part (shuffles).
+    const bool row_in = i < p.q_len;
+    Out* row = o_base + (row_in ? i * p.o_strides.row : 0) + sector_store_column(t);
 #pragma unroll
-      for (int dt = 0; dt < Traits::kDTiles; ++dt) {
-        const int col = dt * 8 + 2 * t;
-        if (col < p.head_dim) {
-          *reinterpret_cast<std::uint32_t*>(row + col) =
-              pack_pair<Out>(o[0][dt][2 * half] * factor, o[0][dt][2 * half + 1] * factor);
-        }
-      }
-      if (p.lse != nullptr && t == 0) {
-        const float lse = empty_row ? -INFINITY
-                                    : row_max[0][half] * scale_qk + logf(sum) - kPOffsetLog2 * kLn2;
-        p.lse[tile.b * p.lse_stride_batch + tile.h * p.lse_stride_head + i * p.lse_stride_row] = lse;
-      }
+    for (int a = 0; a < Traits::kDTiles / 2; ++a) {
+      const float (&o0)[4] = o[0][2 * a], (&o1)[4] = o[0][2 * a + 1];
+      const bool store = row_in && 8 * ((t & 1) ? 2 * a + 1 : 2 * a) < p.head_dim;
+      store_tile_pair(row + 16 * a, pack_pair<Out>(o0[2 * half] * factor, o0[2 * half + 1] * factor),
+                      pack_pair<Out>(o1[2 * half] * factor, o1[2 * half + 1] * factor), t, store);
+    }
+    if (row_in && p.lse != nullptr && t == 0) {
+      const float lse = empty_row ? -INFINITY
+                                  : row_max[0][half] * scale_qk + logf(sum) - kPOffsetLog2 * kLn2;
+      p.lse[tile.b * p.lse_stride_batch + tile.h * p.lse_stride_head + i * p.lse_stride_row] = lse;
     }
   }
 }
