@@ -13,9 +13,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
+
+#include "../../common/trace_file.hpp"
 
 #ifndef FLASHPP_SM90_BWD_TRACE
 #define FLASHPP_SM90_BWD_TRACE 0
@@ -68,33 +67,16 @@ inline constexpr std::size_t kBwdTraceWords =
 // The device buffer (made once, zeroed before every launch).
 inline std::uint64_t* backward_trace_buffer(cudaStream_t stream) {
   static std::uint64_t* buffer = nullptr;
-  if (buffer == nullptr && cudaMalloc(&buffer, kBwdTraceWords * sizeof(std::uint64_t)) != cudaSuccess) {
-    buffer = nullptr;
-    return nullptr;
-  }
-  cudaMemsetAsync(buffer, 0, kBwdTraceWords * sizeof(std::uint64_t), stream);
-  return buffer;
+  return zeroed_trace_buffer(buffer, kBwdTraceWords, stream);
 }
 
 // After a launch: the buffer to FLASHPP_SM90_BWD_TRACE_FILE, headed by (blocks traced, events
 // per block, blocks launched) as 64-bit words.
 inline void write_backward_trace(const std::uint64_t* buffer, std::int64_t launched,
                                  cudaStream_t stream) {
-  const char* path = std::getenv("FLASHPP_SM90_BWD_TRACE_FILE");
-  if (buffer == nullptr || path == nullptr) return;
-  std::vector<std::uint64_t> host(kBwdTraceWords);
-  if (cudaMemcpyAsync(host.data(), buffer, kBwdTraceWords * sizeof(std::uint64_t),
-                      cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
-      cudaStreamSynchronize(stream) != cudaSuccess) {
-    return;
-  }
-  if (std::FILE* f = std::fopen(path, "wb")) {
-    const std::uint64_t head[3] = {kBwdTraceBlocks, static_cast<int>(BackwardTraceEvent::count),
-                                   static_cast<std::uint64_t>(launched)};
-    std::fwrite(head, sizeof(head), 1, f);
-    std::fwrite(host.data(), sizeof(std::uint64_t), host.size(), f);
-    std::fclose(f);
-  }
+  const std::uint64_t head[3] = {kBwdTraceBlocks, static_cast<int>(BackwardTraceEvent::count),
+                                 static_cast<std::uint64_t>(launched)};
+  write_trace_file("FLASHPP_SM90_BWD_TRACE_FILE", head, 3, buffer, kBwdTraceWords, stream);
 }
 
 }  // namespace flashpp::cuda::sm90

@@ -14,9 +14,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
+
+#include "../../common/trace_file.hpp"
 
 #ifndef FLASHPP_SM90_FWD_TRACE
 #define FLASHPP_SM90_FWD_TRACE 0
@@ -67,32 +66,15 @@ inline constexpr std::size_t kTraceWords =
 // The device buffer (made once, zeroed before every launch).
 inline std::uint64_t* trace_buffer(cudaStream_t stream) {
   static std::uint64_t* buffer = nullptr;
-  if (buffer == nullptr && cudaMalloc(&buffer, kTraceWords * sizeof(std::uint64_t)) != cudaSuccess) {
-    buffer = nullptr;
-    return nullptr;
-  }
-  cudaMemsetAsync(buffer, 0, kTraceWords * sizeof(std::uint64_t), stream);
-  return buffer;
+  return zeroed_trace_buffer(buffer, kTraceWords, stream);
 }
 
 // After a launch: the buffer to FLASHPP_SM90_FWD_TRACE_FILE, headed by the five sizes (blocks,
 // items, roles, events, consumers) as 64-bit words.
 inline void write_trace(const std::uint64_t* buffer, int consumers, cudaStream_t stream) {
-  const char* path = std::getenv("FLASHPP_SM90_FWD_TRACE_FILE");
-  if (buffer == nullptr || path == nullptr) return;
-  std::vector<std::uint64_t> host(kTraceWords);
-  if (cudaMemcpyAsync(host.data(), buffer, kTraceWords * sizeof(std::uint64_t),
-                      cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
-      cudaStreamSynchronize(stream) != cudaSuccess) {
-    return;
-  }
-  if (std::FILE* f = std::fopen(path, "wb")) {
-    const std::uint64_t head[5] = {kTraceBlocks, kTraceItems, kTraceRoles, kTraceEvents,
-                                   static_cast<std::uint64_t>(consumers)};
-    std::fwrite(head, sizeof(head), 1, f);
-    std::fwrite(host.data(), sizeof(std::uint64_t), host.size(), f);
-    std::fclose(f);
-  }
+  const std::uint64_t head[5] = {kTraceBlocks, kTraceItems, kTraceRoles, kTraceEvents,
+                                 static_cast<std::uint64_t>(consumers)};
+  write_trace_file("FLASHPP_SM90_FWD_TRACE_FILE", head, 5, buffer, kTraceWords, stream);
 }
 
 }  // namespace flashpp::cuda::sm90
