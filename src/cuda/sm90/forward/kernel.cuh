@@ -488,9 +488,9 @@ __device__ __forceinline__ void release_buffer(std::uint64_t* empty, int lane) {
 }
 
 // One item of one consumer warpgroup. kExtras: what the instantiation handles beyond the plain
-// steps (ScoreExtras). kQWaited: the caller has
-// waited for the item's Q tile (the handoff). `items_done` and `ring` as for load_item (ring
-// advanced here).
+// steps (ScoreExtras). kQWaited: the caller has waited for the item's Q tile (the handoff).
+// `items_done` and `ring` as for load_item (ring advanced here); `turns`: the IssueTurns of the
+// consumer loop.
 template <typename Traits, ScoreExtras kExtras, bool kQWaited, typename Turns>
 __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
                                               const SharedStorage<Traits>& smem,

@@ -157,7 +157,7 @@ inline bool use_tall_tile(const ForwardParams& params) {
 }
 
 // kExtras: whether the softcap and dropout kernels are instantiated for these tiles (callers with
-// softcap or dropout must use tiles that have it).
+// softcap or dropout must use tiles that have them).
 template <typename Traits, bool kExtras = true>
 void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs& args,
                           cudaStream_t stream) {
