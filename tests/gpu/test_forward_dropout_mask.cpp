@@ -7,13 +7,13 @@
 // counters).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "api/validate.hpp"
 #include "common/attention_case.hpp"
 #include "gpu_buffer.hpp"
 #include "gpu_runner.hpp"
+#include "scoped_env.hpp"
 
 namespace flashpp {
 namespace {
@@ -95,13 +95,11 @@ TEST(ForwardDropoutMask, EqualsPhiloxRuleEveryHeadDimWithAndWithoutSoftcap) {
 // (the variables are ignored elsewhere).
 TEST(ForwardDropoutMask, EqualsPhiloxRuleWalkingBlocks) {
   FLASHPP_SKIP_WITHOUT_GPU();
-  setenv("FLASHPP_SM90_FWD_PERSISTENT", "1", 1);
-  setenv("FLASHPP_SM90_FWD_MAX_BLOCKS", "2", 1);
+  const gpu_test::ScopedEnv persistent("FLASHPP_SM90_FWD_PERSISTENT", "1");
+  const gpu_test::ScopedEnv max_blocks("FLASHPP_SM90_FWD_MAX_BLOCKS", "2");
   check_mask(DType::bf16, test::Layout::bnhd, false, 64, 300);
   check_mask(DType::f16, test::Layout::bnhd, false, 128, 300);
   check_mask(DType::bf16, test::Layout::bhnd, true, 128, 300);
-  unsetenv("FLASHPP_SM90_FWD_PERSISTENT");
-  unsetenv("FLASHPP_SM90_FWD_MAX_BLOCKS");
 }
 
 }  // namespace
