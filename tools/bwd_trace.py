@@ -9,7 +9,7 @@ last launch's stamps are kept; --run does that for one shape through the C API),
     python3 tools/bwd_trace.py PATH [PATH...]
     python3 tools/bwd_trace.py --run --lib LIB --out PATH B,H,N,D[,causal]
 
-Per file: median SM cycles of each phase of a block (consumer 0's stamps; head dims up to 128):
+Per file: median SM cycles of each phase of a block (consumer 0's stamps):
 to K/V (start -> K and V in shared memory), first step, steps (the rest; per step in brackets),
 dQ drain (the last reduce-adds complete), dK/dV stores; the block's fixed cost (its cycles minus
 its steps at the steady per-step time); and from the global timer: the kernel's span, the SMs'

@@ -396,7 +396,9 @@ __device__ __forceinline__ void issue_key_gradient(float (&acc)[Traits::kDTiles]
 
 // dQ = dS (dS^T in shared memory, read transposed) K (MN-major), over kKeys keys and kColumns
 // columns starting at column col0 of K (col0 a multiple of 8: inside a 64-column panel the start
-// address moves along the swizzled row, as a K-major k16 step does).
+// address moves along the swizzled row, as a K-major k16 step does). A product that starts inside
+// a panel must end in it: one that crossed into the next panel read wrong columns there (session
+// 23, the wide kernel at D=192).
 template <typename Traits, int kKeys, int kColumns = Traits::kDqColumns>
 __device__ __forceinline__ void issue_query_gradient(float (&acc)[kColumns / 8][4],
                                                      const unsigned char* ds, const unsigned char* k,

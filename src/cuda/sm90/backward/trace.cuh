@@ -6,8 +6,10 @@
 // (the last launch wins; tools/bwd_trace.py reads it). The copy synchronises the stream after
 // every launch, so time whole calls of a traced build only to compare stamps. The flag changes
 // Sm90BackwardParams: compile every sm90 backward object with it (tools/object_variant.sh BUILD
-// OUT "-DFLASHPP_SM90_BWD_TRACE=1" 'sm90_bwd'), never a subset. Stamped by kernel.cuh's
-// consumers (head dims up to 128); the wide kernel writes only the producer's and block stamps.
+// OUT "-DFLASHPP_SM90_BWD_TRACE=1" 'sm90_bwd'), never a subset. Stamped by the consumers
+// of both kernels (kernel.cuh's and wide_kernel.cuh's) and by the producer. At D=192 the traced
+// build's products are serialised by ptxas (C7511, as the release build's are not): its stamps
+// there do not time the release kernel.
 #pragma once
 
 #include <cuda_runtime.h>

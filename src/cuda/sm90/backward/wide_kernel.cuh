@@ -18,11 +18,13 @@
 //   at D=256). P~^T and dS^T go through two buffers, alternating by step: a consumer writes step
 //   i's halves only after both consumers have passed step i-1's meeting, so after their step i-2
 //   products that read the buffer have completed.
-// Shared memory at D=256: K, V 64 KB, two Q/dO stages 128 KB, the P~^T/dS^T buffers 32 KB.
+// Shared memory at D=256: K, V 64 KB, two Q/dO stages 128 KB, the P~^T/dS^T buffers 32 KB. After
+// the last step the Q and dO stages hold dV and dK on their way out (kStagedStores).
 // Dropout: the decisions of kernel.cuh (dropout_decisions on this consumer's 32-query half). No
 // deterministic mode and no softcap here (backward_dispatch.cu sends those to the sm80 family).
 #pragma once
 
+#include "../../ptx/ldmatrix.cuh"
 #include "kernel.cuh"
 
 namespace flashpp::cuda::sm90 {
@@ -95,6 +97,12 @@ struct Sm90WideBackwardTraits {
   static constexpr int kBarriers = kDelta + kLseBytes;
   static constexpr int kSmemBytes = kBarriers + 8 * kBarrierCount;
 
+  // dV and dK leave through shared memory in whole sectors (store_transposed_key_gradients), or
+  // element by element from the accumulators. Session 23 (H200): at D=256 the stores took 3.2k
+  // cycles a block instead of 12.6k (+0..+3% a call); at D=192 ptxas then serialised the step's
+  // products (C7511), and giving consumer 0 fewer dQ columns to make room cost 4-7%.
+  static constexpr bool kStagedStores = kHeadDim != 192;
+
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one Hopper block");
@@ -133,6 +141,49 @@ __device__ __forceinline__ void store_half_tile(unsigned char* tile, const float
       *reinterpret_cast<std::uint32_t*>(tile + offset) =
           pack_pair<typename Traits::Element>(x[nt][2 * half], x[nt][2 * half + 1]);
     }
+}
+
+// One consumer's dV^T or dK^T (head-dim rows x the block's 64 keys, accumulator layout), times
+// `scale`, out as dV or dK rows: transposed into `staging` (64 key rows of D elements, the 16-byte
+// chunk index XORed with key % 8) by stmatrix, then whole 16-byte chunks of key rows to global
+// memory, consecutive threads along a row (every 32-byte sector written by one instruction; element
+// by element, the stores wrote each sector in 2-byte pieces). Rows at or past k_len and columns
+// at or past head_dim stay unwritten. The consumer's 128 threads call it.
+template <typename Traits>
+__device__ __forceinline__ void store_transposed_key_gradients(
+    const float (&grad_t)[Traits::kPanels][Traits::kKeyTiles][4], unsigned char* staging,
+    float scale, typename Traits::Element* out, std::int64_t row_stride, const BackwardParams& p,
+    std::int64_t n0, int consumer, int warp, int lane) {
+  using Element = typename Traits::Element;
+  constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks of a key row
+  constexpr int kPitch = Traits::kHeadDim * 2;
+  static_assert(kChunks % 8 == 0, "the XOR swizzle stays within a row");
+  const int matrix = lane / 8, row = lane % 8;
+#pragma unroll
+  for (int panel = 0; panel < Traits::kPanels; ++panel)
+#pragma unroll
+    for (int a = 0; a < Traits::kKeyTiles / 2; ++a) {
+      // Matrices (key tile 2a + m / 2, head-dim rows 8 (m % 2) ..) of this warp's 16 rows.
+      std::uint32_t r[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const float(&x)[4] = grad_t[panel][2 * a + m / 2];
+        r[m] = pack_pair<Element>(x[2 * (m % 2)] * scale, x[2 * (m % 2) + 1] * scale);
+      }
+      const int key = (2 * a + matrix / 2) * 8 + row;
+      const int chunk = panel * 8 + warp * 2 + matrix % 2;
+      stmatrix_x4_trans(shared_address(staging + key * kPitch + ((chunk ^ (key & 7)) * 16)), r);
+    }
+  ptx::named_barrier_sync(2 + consumer, 128);
+  const int col_chunks = p.head_dim / 8;
+  for (int i = threadIdx.x % 128; i < Traits::kBlockN * kChunks; i += 128) {
+    const int key = i / kChunks, chunk = i % kChunks;
+    const std::int64_t j = n0 + key;
+    if (j < p.k_len && chunk < col_chunks) {
+      *reinterpret_cast<uint4*>(out + j * row_stride + chunk * 8) =
+          *reinterpret_cast<const uint4*>(staging + key * kPitch + ((chunk ^ (key & 7)) * 16));
+    }
+  }
 }
 
 template <typename Traits>
@@ -176,8 +227,11 @@ __device__ __forceinline__ void consumer_backward_wide(const Sm90BackwardParams&
       Traits::kDqStage + (consumer == 0 ? warp * Traits::kDqStageWarpBytes0
                                         : 4 * Traits::kDqStageWarpBytes0 + warp * Traits::kDqStageWarpBytes1)));
 
+  FLASHPP_BWD_CONSUMER_STAMP(consumer_start, clock64());
+  FLASHPP_BWD_CONSUMER_STAMP(steps, static_cast<std::uint64_t>(tile.steps));
   if (tile.steps > 0) {
     mbarrier_wait(smem.kv_full(), 0);
+    FLASHPP_BWD_CONSUMER_STAMP(kv_ready, clock64());
     if constexpr (Traits::kPipeline) {
       wait_step(0);
       issue_scores(0);
@@ -299,35 +353,50 @@ __device__ __forceinline__ void consumer_backward_wide(const Sm90BackwardParams&
     }
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kPanels * Traits::kBlockN / 2]>(grad_t));
     release_step(smem.step_empty(s), lane, 0);
+    if (step == 0) FLASHPP_BWD_CONSUMER_STAMP(step0_done, clock64());
   }
+  FLASHPP_BWD_CONSUMER_STAMP(loop_done, clock64());
   if constexpr (Traits::kPipeline) ptx::wgmma_wait<0>();
   // The last reduce-adds complete before the block ends (their source is this block's memory).
   if constexpr (Traits::kDqBulk) {
     if (lane == 0) bulk_wait<0>();
   }
 
-  // dV (consumer 0) or dK = scale * dK^T's transpose (consumer 1): element (head-dim column d,
-  // key j) of the accumulators, every key below k_len and column below head_dim.
+  FLASHPP_BWD_CONSUMER_STAMP(dq_done, clock64());
+
+  // dV (consumer 0) or dK = scale * dK^T's transpose (consumer 1).
   const bool is_dv = consumer == 0;
   Element* out = static_cast<Element*>(is_dv ? p.dv : p.dk) +
                  tile.b * (is_dv ? p.dv_strides.batch : p.dk_strides.batch) +
                  tile.h_kv * (is_dv ? p.dv_strides.head : p.dk_strides.head);
   const std::int64_t row_stride = is_dv ? p.dv_strides.row : p.dk_strides.row;
   const float scale = is_dv ? 1.0f : p.scale;
+  if constexpr (Traits::kStagedStores) {
+    // Every product that reads the Q and dO stages has completed in both consumers once they
+    // meet here; then those stages hold the two 64-key tiles on their way out.
+    ptx::named_barrier_sync(kHalvesBarrier, 128 * Traits::kConsumers);
+    store_transposed_key_gradients<Traits>(grad_t, is_dv ? smem.q(0) : smem.dout(0), scale, out,
+                                           row_stride, p, tile.n0, consumer, warp, lane);
+  } else {
+    // Element (head-dim column d, key j) of the accumulators, every key below k_len and column
+    // below head_dim.
 #pragma unroll
-  for (int panel = 0; panel < Traits::kPanels; ++panel)
+    for (int panel = 0; panel < Traits::kPanels; ++panel)
 #pragma unroll
-    for (int kt = 0; kt < Traits::kKeyTiles; ++kt)
+      for (int kt = 0; kt < Traits::kKeyTiles; ++kt)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int d = panel * 64 + warp * 16 + g + 8 * (c >> 1);
-        const std::int64_t j = tile.n0 + kt * 8 + 2 * t + (c & 1);
-        if (j < p.k_len && d < p.head_dim) {
-          const std::uint32_t pair = pack_pair<Element>(grad_t[panel][kt][c] * scale, 0.0f);
-          *reinterpret_cast<std::uint16_t*>(out + j * row_stride + d) =
-              static_cast<std::uint16_t>(pair & 0xFFFFu);
+        for (int c = 0; c < 4; ++c) {
+          const int d = panel * 64 + warp * 16 + g + 8 * (c >> 1);
+          const std::int64_t j = tile.n0 + kt * 8 + 2 * t + (c & 1);
+          if (j < p.k_len && d < p.head_dim) {
+            const std::uint32_t pair = pack_pair<Element>(grad_t[panel][kt][c] * scale, 0.0f);
+            *reinterpret_cast<std::uint16_t*>(out + j * row_stride + d) =
+                static_cast<std::uint16_t>(pair & 0xFFFFu);
+          }
         }
-      }
+  }
+  FLASHPP_BWD_CONSUMER_STAMP(stored, clock64());
+  FLASHPP_BWD_CONSUMER_STAMP(end_ns, global_ns());
 }
 
 }  // namespace flashpp::cuda::sm90
