@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -222,10 +223,12 @@ TEST(ForwardSm90Small, SanitizerShapes) {
   // can take them (FLASHPP_SM90_FWD_TALL=1: the masked D=64 cases above).
   for (const char* tall : {"", "1"})
   for (const char* max_blocks : {"", "2"}) {
-    if (tall[0] != '\0') setenv("FLASHPP_SM90_FWD_TALL", tall, 1);
+    // Set for this pass, restored after it (to what the binary was started with).
+    std::optional<gpu_test::ScopedEnv> tall_env, persistent_env, max_blocks_env;
+    if (tall[0] != '\0') tall_env.emplace("FLASHPP_SM90_FWD_TALL", tall);
     if (max_blocks[0] != '\0') {
-      setenv("FLASHPP_SM90_FWD_PERSISTENT", "1", 1);
-      setenv("FLASHPP_SM90_FWD_MAX_BLOCKS", max_blocks, 1);
+      persistent_env.emplace("FLASHPP_SM90_FWD_PERSISTENT", "1");
+      max_blocks_env.emplace("FLASHPP_SM90_FWD_MAX_BLOCKS", max_blocks);
     }
     for (const AttentionCase& c : cases) {
       SCOPED_TRACE(c.describe() + " max blocks '" + max_blocks + "' tall '" + tall + "'");
@@ -236,9 +239,6 @@ TEST(ForwardSm90Small, SanitizerShapes) {
       EXPECT_LE(test::relative_error(ours.o, ref.fwd.o), test::float32_kernel_tolerance(c.dtype).o);
       EXPECT_LE(test::max_scaled_error(ours.lse, ref.fwd.lse), test::float32_kernel_tolerance(c.dtype).lse);
     }
-    unsetenv("FLASHPP_SM90_FWD_PERSISTENT");
-    unsetenv("FLASHPP_SM90_FWD_MAX_BLOCKS");
-    unsetenv("FLASHPP_SM90_FWD_TALL");
   }
 }
 
