@@ -17,6 +17,10 @@ namespace flashpp::cuda {
 // The first column of a tile pair that lane t stores, relative to the pair's first column.
 __device__ __forceinline__ int sector_store_column(int t) { return 2 * (t & 2) + ((t & 1) ? 8 : 0); }
 
+// The 8-column tile (of the row's tiles 0, 1, 2, ...) whose columns lane t stores from pair a:
+// 2a for the even lanes, 2a + 1 for the odd ones (for the bound check of `store`).
+__device__ __forceinline__ int sector_store_tile(int a, int t) { return 2 * a + (t & 1); }
+
 // One pair of 8-column tiles of this lane's row: `even` and `odd` are its packed pairs of tiles
 // 2a and 2a + 1; `at` points at the pair's first column plus sector_store_column(t) (8-byte
 // aligned when the row is 16-byte aligned). Every lane of the warp calls it (a shuffle);

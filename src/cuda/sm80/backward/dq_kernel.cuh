@@ -21,6 +21,7 @@
 #include "tile_io.cuh"
 #include "../../common/tile_range.hpp"
 #include "../../common/poison.cuh"
+#include "../../common/sector_store.cuh"
 
 namespace flashpp::cuda::sm80 {
 
@@ -136,23 +137,30 @@ __device__ __forceinline__ void accumulate_dq(
   }
 }
 
-// scale * dQ, written once (rows past Nq and columns past the true head dim are dropped).
+// scale * dQ, written once (rows past Nq and columns past the true head dim are dropped), in
+// whole 32-byte sectors (common/sector_store.cuh; head_dim is a multiple of 8, so an 8-column tile
+// is stored whole or not at all).
 template <typename Shape>
 __device__ __forceinline__ void write_dq(const float (&dq_acc)[Shape::kHeadDim / 8][4],
                                          const BackwardParams& p, std::int64_t batch,
                                          std::int64_t head, std::int64_t i0, int row0,
                                          int head_dim, int g, int t) {
   using Element = typename Shape::Element;
-  auto* dq = static_cast<Element*>(p.dq) + batch * p.dq_strides.batch + head * p.dq_strides.head;
+  static_assert(Shape::kHeadDim % 16 == 0, "pairs of 8-column tiles");
+  auto* dq = static_cast<Element*>(p.dq) + batch * p.dq_strides.batch + head * p.dq_strides.head +
+             sector_store_column(t);
 #pragma unroll
-  for (int n = 0; n < Shape::kHeadDim / 8; ++n) {
-    const int col = 8 * n + 2 * t;
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t i = i0 + row0 + g + 8 * half;
+    const bool row_in = i < p.q_len;
+    Element* dq_row = dq + (row_in ? i * p.dq_strides.row : 0);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const std::int64_t i = i0 + row0 + g + 8 * half;
-      if (i >= p.q_len || col >= head_dim) continue;
-      *reinterpret_cast<std::uint32_t*>(dq + i * p.dq_strides.row + col) =
-          pack_pair<Element>(dq_acc[n][2 * half] * p.scale, dq_acc[n][2 * half + 1] * p.scale);
+    for (int a = 0; a < Shape::kHeadDim / 16; ++a) {
+      const bool store = row_in && 8 * sector_store_tile(a, t) < head_dim;
+      const float (&d0)[4] = dq_acc[2 * a], (&d1)[4] = dq_acc[2 * a + 1];
+      store_tile_pair(dq_row + 16 * a,
+                      pack_pair<Element>(d0[2 * half] * p.scale, d0[2 * half + 1] * p.scale),
+                      pack_pair<Element>(d1[2 * half] * p.scale, d1[2 * half + 1] * p.scale), t, store);
     }
   }
 }

@@ -521,8 +521,7 @@ __device__ __forceinline__ void write_dk_dv(const GradAccumulator<Shape>& dv_acc
       Element* dv_row = dv + (row_in ? j * p.dv_strides.row : 0) + col;
 #pragma unroll
       for (int a = 0; a < Shape::kGradCols / 16; ++a) {
-        const int tile = (t & 1) ? 2 * a + 1 : 2 * a;
-        const bool store = row_in && grad_col0 + 8 * tile < head_dim;
+        const bool store = row_in && grad_col0 + 8 * sector_store_tile(a, t) < head_dim;
         const float (&v0)[4] = dv_acc[mt][2 * a], (&v1)[4] = dv_acc[mt][2 * a + 1];
         const float (&k0)[4] = dk_acc[mt][2 * a], (&k1)[4] = dk_acc[mt][2 * a + 1];
         store_tile_pair(dv_row + 16 * a, pack_pair<Element>(v0[2 * half], v0[2 * half + 1]),

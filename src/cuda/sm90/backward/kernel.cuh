@@ -587,7 +587,7 @@ __device__ __forceinline__ void store_key_gradients(const float (&dk)[Traits::kD
     Element* dv_row = dv_out + (row_in ? j * p.dv_strides.row : 0);
 #pragma unroll
     for (int a = 0; a < Traits::kDTiles / 2; ++a) {
-      const bool store = row_in && ((t & 1) ? 2 * a + 1 : 2 * a) < col_tiles;
+      const bool store = row_in && sector_store_tile(a, t) < col_tiles;
       const float (&k0)[4] = dk[2 * a], (&k1)[4] = dk[2 * a + 1];
       const float (&v0)[4] = dv[2 * a], (&v1)[4] = dv[2 * a + 1];
       store_tile_pair(dk_row + 16 * a,

@@ -402,7 +402,7 @@ __device__ __forceinline__ void write_output_fp8(const float (&o)[1][Traits::kDT
 #pragma unroll
     for (int a = 0; a < Traits::kDTiles / 2; ++a) {
       const float (&o0)[4] = o[0][2 * a], (&o1)[4] = o[0][2 * a + 1];
-      const bool store = row_in && 8 * ((t & 1) ? 2 * a + 1 : 2 * a) < p.head_dim;
+      const bool store = row_in && 8 * sector_store_tile(a, t) < p.head_dim;
       store_tile_pair(row + 16 * a, pack_pair<Out>(o0[2 * half] * factor, o0[2 * half + 1] * factor),
                       pack_pair<Out>(o1[2 * half] * factor, o1[2 * half + 1] * factor), t, store);
     }
