@@ -85,22 +85,14 @@ def report(path):
 
 
 def run(lib, out, shape):
-    parts = shape.split(",")
-    B, H, N, D = (int(x) for x in parts[:4])
-    causal = len(parts) > 4 and parts[4] in ("1", "causal", "yes")
     os.environ["FLASHPP_SM90_BWD_TRACE_FILE"] = out
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch
     from gpu_compare import Flashpp
     fp = Flashpp(lib)
-    q, k, v, do = (torch.randn(B, N, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
-    o = torch.empty_like(q)
-    lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    opts = fp.options(causal)
-    fp.forward(q, k, v, o, lse, opts)
+    args = fp.backward_args(shape)
     for _ in range(3):  # warm; the last launch's stamps stay in the file
-        fp.backward(q, k, v, o, lse, do, dq, dk, dv, opts)
+        fp.backward(*args)
     torch.cuda.synchronize()
 
 

@@ -89,6 +89,21 @@ class Flashpp:
         self._check(self.lib.flashpp_backward(*[ctypes.byref(x) for x in views], ctypes.byref(opts),
                                               ctypes.c_void_p(stream)), "backward")
 
+    def backward_args(self, shape):
+        """The arguments of one backward call (for self.backward(*args)) for a "B,H,N,D[,causal]"
+        shape: bf16 [B, N, H, D] random inputs, O and lse from one forward. tools/bwd_trace.py
+        and tools/kernel_times.py take their calls from here."""
+        parts = shape.split(",")
+        B, H, N, D = (int(x) for x in parts[:4])
+        causal = len(parts) > 4 and parts[4] in ("1", "c", "causal", "yes")
+        q, k, v, do = (torch.randn(B, N, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        opts = self.options(causal)
+        self.forward(q, k, v, o, lse, opts)
+        return q, k, v, o, lse, do, dq, dk, dv, opts
+
     def bound(self, direction, tensors, opts):
         """A callable that runs forward or backward on `tensors` with the views built once, so
         the timed call is the library call itself (the peers' calls are torch's own API)."""

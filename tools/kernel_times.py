@@ -23,22 +23,14 @@ def main():
         sys.exit(2)
     fp = Flashpp(sys.argv[1])
     for shape in sys.argv[2:]:
-        parts = shape.split(",")
-        B, H, N, D = (int(x) for x in parts[:4])
-        causal = len(parts) > 4 and parts[4] in ("1", "c", "causal", "yes")
-        q, k, v, do = (torch.randn(B, N, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
-        o = torch.empty_like(q)
-        lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        opts = fp.options(causal)
-        fp.forward(q, k, v, o, lse, opts)
+        args = fp.backward_args(shape)
         for _ in range(3):
-            fp.backward(q, k, v, o, lse, do, dq, dk, dv, opts)
+            fp.backward(*args)
         torch.cuda.synchronize()
         calls = 5
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(calls):
-                fp.backward(q, k, v, o, lse, do, dq, dk, dv, opts)
+                fp.backward(*args)
             torch.cuda.synchronize()
         per_kernel = {}
         for e in prof.events():

@@ -38,29 +38,24 @@ inline constexpr bool kStmatrixAvailable = false;
 // The mirror of ldmatrix_x4 (sm90+): lanes 8m..8m+7 give the row addresses of matrix m, and each
 // lane's r[m] holds its two elements of matrix m in the same fragment layout. One instruction
 // stores a whole 16x16 A fragment (or two 16x8 accumulator tiles packed to 16 bits).
+// kTransposed: each 8x8 matrix stored transposed, so lane (g, t)'s two elements of matrix m (its
+// row g, columns 2t, 2t + 1) land at position g of stored rows 2t and 2t + 1: an accumulator
+// tile of 8 rows x 8 columns leaves as 8 stored rows of its columns, 16 bytes each.
+template <bool kTransposed = false>
 __device__ __forceinline__ void stmatrix_x4(std::uint32_t smem_row_addr,
                                             const std::uint32_t (&r)[4]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                   smem_row_addr),
-               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-               : "memory");
-#else
-  (void)smem_row_addr, (void)r;
-  __trap();
-#endif
-}
-
-// The same with each 8x8 matrix stored transposed: lane (g, t)'s two elements of matrix m (its row
-// g, columns 2t, 2t + 1) land at position g of stored rows 2t and 2t + 1. An accumulator tile of
-// 8 rows x 8 columns leaves as 8 stored rows of its columns, 16 bytes each.
-__device__ __forceinline__ void stmatrix_x4_trans(std::uint32_t smem_row_addr,
-                                                  const std::uint32_t (&r)[4]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                   smem_row_addr),
-               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-               : "memory");
+  if constexpr (kTransposed) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                     smem_row_addr),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+  } else {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                     smem_row_addr),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+  }
 #else
   (void)smem_row_addr, (void)r;
   __trap();

@@ -172,7 +172,7 @@ __device__ __forceinline__ void store_transposed_key_gradients(
       }
       const int key = (2 * a + matrix / 2) * 8 + row;
       const int chunk = panel * 8 + warp * 2 + matrix % 2;
-      stmatrix_x4_trans(shared_address(staging + key * kPitch + ((chunk ^ (key & 7)) * 16)), r);
+      stmatrix_x4<true>(shared_address(staging + key * kPitch + ((chunk ^ (key & 7)) * 16)), r);
     }
   ptx::named_barrier_sync(2 + consumer, 128);
   const int col_chunks = p.head_dim / 8;
