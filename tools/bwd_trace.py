@@ -27,6 +27,9 @@ E = {name: i for i, name in enumerate(EVENTS)}
 
 
 def load(path):
+    if not os.path.exists(path):
+        sys.exit(f"bwd_trace: no trace at {path}: was every sm90 backward object of the library built "
+                 "with -DFLASHPP_SM90_BWD_TRACE=1, and did a backward call on the sm90 family run?")
     with open(path, "rb") as f:
         blocks, events, launched = struct.unpack("<3Q", f.read(24))
         words = struct.unpack(f"<{blocks * events}Q", f.read(8 * blocks * events))
