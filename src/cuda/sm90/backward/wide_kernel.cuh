@@ -99,7 +99,7 @@ struct Sm90WideBackwardTraits {
 
   // dV and dK leave through shared memory in whole sectors (store_transposed_key_gradients), or
   // element by element from the accumulators. Session 23 (H200): at D=256 the stores took 3.2k
-  // cycles a block instead of 12.6k (+0..+3% a call); at D=192 ptxas then serialised the step's
+  // cycles a block instead of 12.6k (+1..+5% a call); at D=192 ptxas then serialised the step's
   // products (C7511), and giving consumer 0 fewer dQ columns to make room cost 4-7%.
   static constexpr bool kStagedStores = kHeadDim != 192;
 
@@ -148,7 +148,8 @@ __device__ __forceinline__ void store_half_tile(unsigned char* tile, const float
 // chunk index XORed with key % 8) by stmatrix, then whole 16-byte chunks of key rows to global
 // memory, consecutive threads along a row (every 32-byte sector written by one instruction; element
 // by element, the stores wrote each sector in 2-byte pieces). Rows at or past k_len and columns
-// at or past head_dim stay unwritten. The consumer's 128 threads call it.
+// at or past head_dim stay unwritten. The consumer's 128 threads call it; named barrier 2 + consumer
+// (1 is the consumers' halves barrier) orders the staging before the copy.
 template <typename Traits>
 __device__ __forceinline__ void store_transposed_key_gradients(
     const float (&grad_t)[Traits::kPanels][Traits::kKeyTiles][4], unsigned char* staging,
