@@ -29,6 +29,17 @@ __device__ __forceinline__ void claim_registers() {
 #endif
 }
 
+// Whether a split of the block's registers between one producer warpgroup and `consumers`
+// consumer warpgroups fits what the block holds: under __launch_bounds__(threads, 1) a kernel
+// starts with 65536 / threads registers a thread (rounded down to 8), and setmaxnreg.inc waits
+// until the registers released by setmaxnreg.dec cover the increase, so a split that asks for
+// more hangs the consumers at their claim (session 24: producers at 32 beside two consumers at
+// 240 in a 384-thread block).
+constexpr bool register_split_fits(int producer, int consumers, int consumer) {
+  const int threads = 128 * (consumers + 1);
+  return 128 * producer + 128 * consumers * consumer <= threads * (65536 / threads / 8 * 8);
+}
+
 // Named barriers: id 0 is __syncthreads'; kernels number theirs from 1 (see their enums).
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

@@ -17,7 +17,7 @@
 //     part of every column (FLASHPP_SM90_BWD_BLOCK_DQ forces one or the other); added into the
 //     float32 dQ accumulator (the sm80 family's fragment-ordered accumulator and postprocess) by
 //     one bulk reduce-add per warp from a staging area in shared memory (16-byte atomics straight
-//     from registers in the deterministic mode, or with FLASHPP_SM90_BWD_DQ_BULK=0).
+//     from registers with FLASHPP_SM90_BWD_DQ_BULK=0; the deterministic mode below).
 //   Inside a step the products overlap the element-wise work (kOverlap, two consumers): P^T is
 //   computed while dP^T runs, dV is issued before dS^T is computed, dK before dS^T is staged for
 //   dQ. Three consumers (D=64, 160 registers each) overlap one another's steps instead.
@@ -28,10 +28,14 @@
 // in this transposed layout one call gives a thread 4 of its elements).
 // Deterministic mode (kDeterministic): the dQ additions into a query tile happen in key-tile
 // order: a turn counter per 64-row query tile (ptx/turnstile.cuh), each block waiting until the
-// blocks of the earlier key tiles that see the tile have added theirs. dQ is the block's (the
-// consumers add disjoint columns, so their order does not matter), and blocks walk their query
-// tiles last first, so that under a causal mask every block starts on the tile all of them see
-// and they move down together instead of each waiting for the first block to reach its tiles.
+// blocks of the earlier key tiles that see the tile have added theirs. dQ is the block's; the
+// consumers stage it in shared memory (two buffers, used by the steps in turn) and two writer
+// threads of the producer warpgroup (one per buffer: write_dq_in_turns) take the turns and add
+// each step's whole tile with one bulk reduce-add, passing the turn once it has landed. So the
+// consumers never wait for a turn (only for a buffer, two steps later), and two steps' turns are
+// in flight at once. Blocks walk their query tiles last first, so that under a causal mask every
+// block starts on the tile all of them see and they move down together instead of each waiting
+// for the first block to reach its tiles.
 #pragma once
 
 #include <cuda.h>
@@ -187,6 +191,8 @@ struct Sm90BackwardTraits {
   static constexpr int kDqTiles = kDqColumns / 8;
   static constexpr int kDsBuffers = kBlockDq ? 2 : 1;  // the other consumer reads ours: 2 deep
   static constexpr bool kDqBulk = FLASHPP_SM90_BWD_DQ_BULK != 0 && !kDeterministic;
+  // The deterministic mode's dQ through the writer threads (write_dq_in_turns).
+  static constexpr bool kDqWriter = kDeterministic;
   // A warp's dQ part of a step: 16 rows x kDqColumns, in the accumulator's order (dq_accum.cuh).
   static constexpr int kDqStageWarpBytes = kDqTiles * kDqAccumBlockFloats * 4;
 
@@ -204,7 +210,8 @@ struct Sm90BackwardTraits {
   static constexpr int kDo = kQ + kStages * QTile::kBytes;
   static constexpr int kDs = kDo + kStages * QTile::kBytes;
   static constexpr int kLseBytes = kStages * kBlockM * 4;  // per array
-  static constexpr int kBarrierCount = 1 + 2 * kStages;  // K/V full; per stage step full, empty
+  // K/V full; per stage step full, empty; with the writers per dQ buffer full, empty.
+  static constexpr int kBarrierCount = 1 + 2 * kStages + (kDqWriter ? 4 : 0);
   static constexpr int kDqStage = kDs + kDsBuffers * kDsBufferBytes;
   // Staging areas per warp, used by steps in turn (FLASHPP_SM90_BWD_DQ_STAGES) where two fit
   // beside lse, delta and the barriers (D 64 and 128; one at 96).
@@ -214,16 +221,19 @@ struct Sm90BackwardTraits {
               kDqStage + 2 * kDqStageSetBytes + 2 * kLseBytes + 8 * kBarrierCount <= 227 * 1024
           ? 2
           : 1;
-  static constexpr int kLse = kDqStage + (kDqBulk ? kDqStageBuffers * kDqStageSetBytes : 0);
+  static constexpr int kLse = kDqStage + (kDqBulk || kDqWriter ? kDqStageBuffers * kDqStageSetBytes : 0);
   static constexpr int kDelta = kLse + kLseBytes;
   static constexpr int kBarriers = kDelta + kLseBytes;
   static constexpr int kSmemBytes = kBarriers + 8 * kBarrierCount;
 
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
+  static_assert(ptx::register_split_fits(kProducerRegisters, kConsumers, kConsumerRegisters));
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one Hopper block");
   static_assert(kConsumers == 2 || (kConsumers == 3 && !kBlockDq),
                 "2 consumers, or 3 with their own dQ");
+  static_assert(!kDqWriter || (kBlockDq && kDqStageBuffers == 2),
+                "the writers add the block's dQ, one staging buffer each");
 };
 
 template <typename Traits>
@@ -239,9 +249,12 @@ struct BackwardShared {
   __device__ unsigned char* ds(int buffer, int c) const {
     return at(Traits::kDs + buffer * Traits::kDsBufferBytes + c * Traits::kDsBytes);
   }
+  // A warp's dQ staging area. A buffer's areas are in warp, then consumer order: with the
+  // block's dQ (consumer c: column tiles c * kDqTiles..) they hold the step's 64 x kHeadDim tile
+  // in the accumulator's order (dq_accum.cuh), as one bulk reduce-add reads it (writers).
   __device__ float* dq_stage(int consumer, int warp, int buffer) const {
     return reinterpret_cast<float*>(
-        at(Traits::kDqStage + ((buffer * Traits::kConsumers + consumer) * 4 + warp) * Traits::kDqStageWarpBytes));
+        at(Traits::kDqStage + ((buffer * 4 + warp) * Traits::kConsumers + consumer) * Traits::kDqStageWarpBytes));
   }
   __device__ float* lse(int s) const { return reinterpret_cast<float*>(at(Traits::kLse + s * Traits::kBlockM * 4)); }
   __device__ float* delta(int s) const { return reinterpret_cast<float*>(at(Traits::kDelta + s * Traits::kBlockM * 4)); }
@@ -249,6 +262,9 @@ struct BackwardShared {
   __device__ std::uint64_t* kv_full() const { return barriers(); }
   __device__ std::uint64_t* step_full(int s) const { return barriers() + 1 + s; }
   __device__ std::uint64_t* step_empty(int s) const { return barriers() + 1 + Traits::kStages + s; }
+  // Writers only: dQ buffer b staged by every consumer thread, and added by its writer.
+  __device__ std::uint64_t* dq_full(int b) const { return barriers() + 1 + 2 * Traits::kStages + b; }
+  __device__ std::uint64_t* dq_empty(int b) const { return barriers() + 3 + 2 * Traits::kStages + b; }
 };
 
 // The work of one block: its key tile, its kv head's query heads, and the query tiles that see
@@ -305,13 +321,13 @@ __device__ __forceinline__ BackwardStep backward_step(const BackwardParams& p,
 }
 
 // Deterministic mode: this block's turn among the key tiles that see query tile st.m0 (they form
-// a run of consecutive key tiles starting at the one holding the tile's first visible key), in
-// counter units (each consumer passes the turn once per step).
+// a run of consecutive key tiles starting at the one holding the tile's first visible key; each
+// block passes the turn once).
 template <typename Traits>
 __device__ __forceinline__ int dq_turn(const BackwardParams& p, const BackwardTile& t,
                                        const BackwardStep& st) {
   const std::int64_t first_tile = p.mask.first_key(st.m0) / Traits::kBlockN;
-  return static_cast<int>(t.n0 / Traits::kBlockN - first_tile) * Traits::kConsumers;
+  return static_cast<int>(t.n0 / Traits::kBlockN - first_tile);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -532,6 +548,45 @@ __device__ __forceinline__ void add_warp_dq(const BackwardParams& p, std::int64_
   }
 }
 
+// Deterministic mode, a consumer thread: its dQ fragments of step `step` into the step's staging
+// buffer (step % 2, once its writer has added what was there two steps ago), then its arrival.
+template <typename Traits>
+__device__ __forceinline__ void stage_dq_for_writers(const BackwardShared<Traits>& smem,
+                                                     const float (&dq)[Traits::kDqTiles][4],
+                                                     int consumer, int warp, int lane, int step) {
+  const int buffer = step & 1;
+  if (step >= 2) mbarrier_wait(smem.dq_empty(buffer), static_cast<std::uint32_t>(step / 2 - 1) & 1u);
+  float* stage = smem.dq_stage(consumer, warp, buffer);
+#pragma unroll
+  for (int dt = 0; dt < Traits::kDqTiles; ++dt) dq_accum_stage_fragment(stage + dt * kDqAccumBlockFloats, lane, dq[dt]);
+  ptx::fence_shared_to_async();  // this thread's writes, before the writer's bulk copy reads them
+  ptx::mbarrier_arrive(smem.dq_full(buffer));
+}
+
+// Deterministic mode, writer `w` (0 or 1; one thread of the producer warpgroup each): the block's
+// dQ of steps w, w + 2, ... (staging buffer w) into the accumulator, each in its turn (dq_turn):
+// once every consumer thread has staged the step, wait for the turn, add the 64 x kHeadDim tile
+// with one bulk reduce-add, wait until it has landed, pass the turn, free the buffer.
+template <typename Traits>
+__device__ __forceinline__ void write_dq_in_turns(const BackwardParams& p, const BackwardShared<Traits>& smem,
+                                                  const BackwardTile& tile, int w) {
+  for (int step = w; step < tile.steps; step += 2) {
+    mbarrier_wait(smem.dq_full(w), static_cast<std::uint32_t>(step / 2) & 1u);
+    const BackwardStep st = backward_step<Traits>(p, tile, step);
+    const std::int64_t bh = tile.b * p.q_heads + st.h;
+    int* turns = p.dq_turns + bh * (p.rows_padded / 64) + st.m0 / 64;
+    ptx::wait_turn_async(turns, dq_turn<Traits>(p, tile, st));
+    if constexpr (kDqAdds) {
+      bulk_reduce_add(dq_accum_block(p, bh, st.m0 / 16, 0, p.accum_width), smem.dq_stage(0, 0, w),
+                      Traits::kDqStageSetBytes);
+      bulk_commit();
+      bulk_wait<0>();
+    }
+    ptx::pass_turn_async(turns);
+    ptx::mbarrier_arrive(smem.dq_empty(w));
+  }
+}
+
 // P^T = exp2(S^T scale log2e - lse_log2) of one 8-query tile of a consumer's S^T: key rows
 // key0 + g, key0 + g + 8, query columns query0 + 2 t, + 1 (lse_pair: their lse_log2), zero where
 // `masked` and the key is past Nk or the mask hides the element. prob may alias s.
@@ -611,7 +666,6 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
   // dS^T complete: this consumer's (own dQ part) or every consumer's (block dQ) before the product.
   const int ds_barrier = Traits::kBlockDq ? 1 : 1 + consumer;
   const int ds_threads = Traits::kBlockDq ? 128 * Traits::kConsumers : 128;
-  const int turn_barrier = 1 + Traits::kConsumers + consumer;  // deterministic mode: this consumer
   const int release_barrier = 1 + 2 * Traits::kConsumers + consumer;  // release_step's form 2
   const std::int64_t key0 = tile.n0 + consumer * 64 + warp * 16;  // this warp's first key
   const unsigned char* k_rows = smem.k() + consumer * 64 * 128;
@@ -826,18 +880,10 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     } else if constexpr (Traits::kDqBulk) {
       add_warp_dq<true, Traits::kDqStageBuffers>(
           p, bh, row_block, dt0, dq, smem.dq_stage(consumer, warp, step % Traits::kDqStageBuffers), lane);
+    } else if constexpr (Traits::kDqWriter) {
+      stage_dq_for_writers<Traits>(smem, dq, consumer, warp, lane, step);
     } else {
-      // One 16-byte red per fragment, no barrier.
-      int* turns = Traits::kDeterministic ? p.dq_turns + bh * (p.rows_padded / 64) + st.m0 / 64 : nullptr;
-      if constexpr (Traits::kDeterministic) {
-        if (threadIdx.x % 128 == 0) ptx::wait_turn(turns, dq_turn<Traits>(p, tile, st));
-        ptx::named_barrier_sync(turn_barrier, 128);
-      }
-      add_warp_dq<false>(p, bh, row_block, dt0, dq, nullptr, lane);
-      if constexpr (Traits::kDeterministic) {
-        ptx::named_barrier_sync(turn_barrier, 128);  // every thread's additions, then the release
-        if (threadIdx.x % 128 == 0) ptx::pass_turn(turns);
-      }
+      add_warp_dq<false>(p, bh, row_block, dt0, dq, nullptr, lane);  // a 16-byte red per fragment
     }
     if (step == 0) FLASHPP_BWD_CONSUMER_STAMP(step0_done, clock64());
   }
@@ -873,6 +919,12 @@ __device__ __forceinline__ void backward_block(const Sm90BackwardParams& params,
       ptx::mbarrier_init(smem.step_full(s), 1);
       ptx::mbarrier_init(smem.step_empty(s), kStepReleases * Traits::kConsumers);
     }
+    if constexpr (Traits::kDqWriter) {
+      for (int b = 0; b < 2; ++b) {
+        ptx::mbarrier_init(smem.dq_full(b), 128 * Traits::kConsumers);
+        ptx::mbarrier_init(smem.dq_empty(b), 1);
+      }
+    }
     ptx::fence_barrier_init();
   }
   __syncthreads();
@@ -880,6 +932,10 @@ __device__ __forceinline__ void backward_block(const Sm90BackwardParams& params,
   if (warpgroup == 0) {
     ptx::release_registers<Traits::kProducerRegisters>();
     if (threadIdx.x == 0 && tile.steps > 0) load_backward_tiles<Traits>(params, smem, tile);
+    if constexpr (Traits::kDqWriter) {
+      // Lane 0 of warps 1 and 2.
+      if (threadIdx.x == 32 || threadIdx.x == 64) write_dq_in_turns<Traits>(params.args, smem, tile, threadIdx.x / 32 - 1);
+    }
   } else {
     ptx::claim_registers<Traits::kConsumerRegisters>();
     consume(smem, tile, warpgroup - 1);

@@ -48,6 +48,7 @@ struct Sm90WideBackwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim % 64 == 0 && kHeadDim >= 128, "whole 64-column panels");
   static constexpr bool kDeterministic = false;
+  static constexpr bool kDqWriter = false;  // kernel.cuh's deterministic writers
   static constexpr bool kDropout = kDropout_;
   static constexpr bool kWide = true;
   static constexpr int kPaddedHeadDim = kHeadDim;
@@ -105,6 +106,7 @@ struct Sm90WideBackwardTraits {
 
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
+  static_assert(ptx::register_split_fits(kProducerRegisters, kConsumers, kConsumerRegisters));
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one Hopper block");
 };
 

@@ -113,6 +113,7 @@ struct Sm90ForwardTraits {
   // Registers per thread after the reallocation (the block's 64K split between the roles).
   static constexpr int kProducerRegisters = kConsumers == 2 ? 24 : 32;
   static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
+  static_assert(ptx::register_split_fits(kProducerRegisters, kConsumers, kConsumerRegisters));
 
   static_assert(kBlockN % 16 == 0 && kHeadDim % 8 == 0, "tile shapes");
   static_assert(kBlockN <= 256 && kBlockM <= 256, "a TMA box has at most 256 rows");

@@ -111,6 +111,7 @@ struct Fp8ForwardTraits {
   static constexpr int kProducerRegisters = kConsumers == 3 || kWideConsumers ? 24 : 40;
   static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : kWideConsumers ? 240 : 232;
 #endif
+  static_assert(ptx::register_split_fits(kProducerRegisters, kConsumers, kConsumerRegisters));
 
   // The P fragment of one k32 step: 4 registers; the tile has kBlockN / 32 steps.
   static constexpr int kPSteps = kBlockN / 32;
