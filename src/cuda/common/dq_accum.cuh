@@ -62,4 +62,15 @@ __device__ __forceinline__ void dq_accum_stage_fragment(float* block, int lane, 
 #endif
 }
 
+// The fragment back from such a shared-memory copy (what dq_accum_stage_fragment wrote there).
+__device__ __forceinline__ void dq_accum_load_fragment(float (&c)[4], const float* block, int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const float4 v = *reinterpret_cast<const float4*>(block + 4 * lane);
+  c[0] = v.x, c[1] = v.y, c[2] = v.z, c[3] = v.w;
+#else
+#pragma unroll
+  for (int e = 0; e < 4; ++e) c[e] = block[dq_accum_slot(lane, e)];
+#endif
+}
+
 }  // namespace flashpp::cuda

@@ -28,12 +28,13 @@
 // in this transposed layout one call gives a thread 4 of its elements).
 // Deterministic mode (kDeterministic): the dQ additions into a query tile happen in key-tile
 // order: a turn counter per 64-row query tile (ptx/turnstile.cuh), each block waiting until the
-// blocks of the earlier key tiles that see the tile have added theirs. dQ is the block's; the
-// consumers stage it in shared memory (two buffers, used by the steps in turn) and two writer
-// threads of the producer warpgroup (one per buffer: write_dq_in_turns) take the turns and add
-// each step's whole tile with one bulk reduce-add, passing the turn once it has landed. So the
-// consumers never wait for a turn (only for a buffer, two steps later), and two steps' turns are
-// in flight at once. Blocks walk their query tiles last first, so that under a causal mask every
+// blocks of the earlier key tiles that see the tile have added theirs. The consumers stage the
+// step's dQ tile in shared memory (two buffers, used by the steps in turn: stage_dq_in_order;
+// where each consumer has its own part of every column, D=64, they add theirs in consumer
+// order) and two writer threads of the producer warpgroup (one per buffer: write_dq_in_turns)
+// take the turn and add the tile with one bulk reduce-add, passing the turn once it has landed.
+// So the consumers never wait for a turn (only for a buffer, two steps later), and two steps'
+// turns are in flight at once. Blocks walk their query tiles last first, so that under a causal mask every
 // block starts on the tile all of them see and they move down together instead of each waiting
 // for the first block to reach its tiles.
 #pragma once
@@ -131,8 +132,7 @@ constexpr bool kDqAdds = FLASHPP_SM90_BWD_DQ_ADDS != 0;
 #define FLASHPP_SM90_BWD_EARLY_DKV 1
 #endif
 
-// Consumer warpgroups at head dim 64 (2 or 3; the other head dims and the deterministic mode take
-// 2): each owns 64 keys of the block, so 3 make 192-key blocks, with 160 registers a consumer
+// Consumer warpgroups at head dim 64 (2 or 3; the other head dims take 2): each owns 64 keys of the block, so 3 make 192-key blocks, with 160 registers a consumer
 // thread instead of 240. More warps to hide each consumer's serial chain of products and
 // element-wise work, as the forward's 192-row tile does at D=64.
 #ifndef FLASHPP_SM90_BWD_D64_CONSUMERS
@@ -169,7 +169,7 @@ struct Sm90BackwardTraits {
   static constexpr int kPaddedHeadDim = (kHeadDim + 63) / 64 * 64;
   static constexpr int kPanels = kPaddedHeadDim / 64;
   static constexpr int kConsumers =
-      kHeadDim <= 64 && !kDeterministic ? FLASHPP_SM90_BWD_D64_CONSUMERS : 2;
+      kHeadDim <= 64 ? FLASHPP_SM90_BWD_D64_CONSUMERS : 2;
   static constexpr int kBlockN = 64 * kConsumers;  // keys per block
   static constexpr int kBlockM = 64;               // queries per step
   static constexpr int kStages = FLASHPP_SM90_BWD_STAGES;  // Q/dO/lse/delta ring depth
@@ -179,7 +179,7 @@ struct Sm90BackwardTraits {
   // dQ per step: the block's (kBlockDq: 128 keys, each consumer kDqColumns of the columns) or
   // each consumer's own 64-key part of every column.
   static constexpr bool kBlockDq =
-      kDeterministic || (FLASHPP_SM90_BWD_BLOCK_DQ < 0 ? kHeadDim >= 128 : FLASHPP_SM90_BWD_BLOCK_DQ != 0);
+      FLASHPP_SM90_BWD_BLOCK_DQ < 0 ? kHeadDim >= 128 : FLASHPP_SM90_BWD_BLOCK_DQ != 0;
   // The overlap inside a step (FLASHPP_SM90_BWD_OVERLAP) with two consumers; three have 160
   // registers, and the overlap keeps more values live (at D=64 it measured +0..+0.7%).
   static constexpr bool kOverlap = kOverlapDefault && kConsumers == 2;
@@ -210,8 +210,12 @@ struct Sm90BackwardTraits {
   static constexpr int kDo = kQ + kStages * QTile::kBytes;
   static constexpr int kDs = kDo + kStages * QTile::kBytes;
   static constexpr int kLseBytes = kStages * kBlockM * 4;  // per array
-  // K/V full; per stage step full, empty; with the writers per dQ buffer full, empty.
-  static constexpr int kBarrierCount = 1 + 2 * kStages + (kDqWriter ? 4 : 0);
+  // The deterministic mode's dQ tile buffers (stage_dq_in_order), 64 x kHeadDim floats each.
+  static constexpr int kDqTileBytes = kBlockM * kHeadDim * 4;
+  // K/V full; per stage step full, empty; with the writers per dQ buffer full, empty and (own
+  // parts) each consumer's but the last's part added.
+  static constexpr int kDqBufferBarriers = kBlockDq ? 2 : 1 + kConsumers;
+  static constexpr int kBarrierCount = 1 + 2 * kStages + (kDqWriter ? 2 * kDqBufferBarriers : 0);
   static constexpr int kDqStage = kDs + kDsBuffers * kDsBufferBytes;
   // Staging areas per warp, used by steps in turn (FLASHPP_SM90_BWD_DQ_STAGES) where two fit
   // beside lse, delta and the barriers (D 64 and 128; one at 96).
@@ -221,7 +225,8 @@ struct Sm90BackwardTraits {
               kDqStage + 2 * kDqStageSetBytes + 2 * kLseBytes + 8 * kBarrierCount <= 227 * 1024
           ? 2
           : 1;
-  static constexpr int kLse = kDqStage + (kDqBulk || kDqWriter ? kDqStageBuffers * kDqStageSetBytes : 0);
+  static constexpr int kLse =
+      kDqStage + (kDqBulk ? kDqStageBuffers * kDqStageSetBytes : (kDqWriter ? 2 * kDqTileBytes : 0));
   static constexpr int kDelta = kLse + kLseBytes;
   static constexpr int kBarriers = kDelta + kLseBytes;
   static constexpr int kSmemBytes = kBarriers + 8 * kBarrierCount;
@@ -232,8 +237,6 @@ struct Sm90BackwardTraits {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one Hopper block");
   static_assert(kConsumers == 2 || (kConsumers == 3 && !kBlockDq),
                 "2 consumers, or 3 with their own dQ");
-  static_assert(!kDqWriter || (kBlockDq && kDqStageBuffers == 2),
-                "the writers add the block's dQ, one staging buffer each");
 };
 
 template <typename Traits>
@@ -249,22 +252,26 @@ struct BackwardShared {
   __device__ unsigned char* ds(int buffer, int c) const {
     return at(Traits::kDs + buffer * Traits::kDsBufferBytes + c * Traits::kDsBytes);
   }
-  // A warp's dQ staging area. A buffer's areas are in warp, then consumer order: with the
-  // block's dQ (consumer c: column tiles c * kDqTiles..) they hold the step's 64 x kHeadDim tile
-  // in the accumulator's order (dq_accum.cuh), as one bulk reduce-add reads it (writers).
   __device__ float* dq_stage(int consumer, int warp, int buffer) const {
     return reinterpret_cast<float*>(
-        at(Traits::kDqStage + ((buffer * 4 + warp) * Traits::kConsumers + consumer) * Traits::kDqStageWarpBytes));
+        at(Traits::kDqStage + ((buffer * Traits::kConsumers + consumer) * 4 + warp) * Traits::kDqStageWarpBytes));
   }
+  // The deterministic mode's dQ tile buffer b: 64 x kHeadDim floats in the accumulator's order.
+  __device__ float* dq_tile(int b) const { return reinterpret_cast<float*>(at(Traits::kDqStage + b * Traits::kDqTileBytes)); }
   __device__ float* lse(int s) const { return reinterpret_cast<float*>(at(Traits::kLse + s * Traits::kBlockM * 4)); }
   __device__ float* delta(int s) const { return reinterpret_cast<float*>(at(Traits::kDelta + s * Traits::kBlockM * 4)); }
   __device__ std::uint64_t* barriers() const { return reinterpret_cast<std::uint64_t*>(at(Traits::kBarriers)); }
   __device__ std::uint64_t* kv_full() const { return barriers(); }
   __device__ std::uint64_t* step_full(int s) const { return barriers() + 1 + s; }
   __device__ std::uint64_t* step_empty(int s) const { return barriers() + 1 + Traits::kStages + s; }
-  // Writers only: dQ buffer b staged by every consumer thread, and added by its writer.
-  __device__ std::uint64_t* dq_full(int b) const { return barriers() + 1 + 2 * Traits::kStages + b; }
-  __device__ std::uint64_t* dq_empty(int b) const { return barriers() + 3 + 2 * Traits::kStages + b; }
+  // Writers only, per dQ tile buffer b: staged (full), added by its writer (empty), consumer c's
+  // part added (own parts; c below the last consumer).
+  __device__ std::uint64_t* dq_barriers(int b) const {
+    return barriers() + 1 + 2 * Traits::kStages + b * Traits::kDqBufferBarriers;
+  }
+  __device__ std::uint64_t* dq_full(int b) const { return dq_barriers(b); }
+  __device__ std::uint64_t* dq_empty(int b) const { return dq_barriers(b) + 1; }
+  __device__ std::uint64_t* dq_part(int b, int c) const { return dq_barriers(b) + 2 + c; }
 };
 
 // The work of one block: its key tile, its kv head's query heads, and the query tiles that see
@@ -548,25 +555,59 @@ __device__ __forceinline__ void add_warp_dq(const BackwardParams& p, std::int64_
   }
 }
 
-// Deterministic mode, a consumer thread: its dQ fragments of step `step` into the step's staging
-// buffer (step % 2, once its writer has added what was there two steps ago), then its arrival.
+// Deterministic mode: the last consumer with keys below Nk (the others have no dQ part).
 template <typename Traits>
-__device__ __forceinline__ void stage_dq_for_writers(const BackwardShared<Traits>& smem,
-                                                     const float (&dq)[Traits::kDqTiles][4],
-                                                     int consumer, int warp, int lane, int step) {
+__device__ __forceinline__ int dq_last_consumer(const BackwardParams& p, const BackwardTile& tile) {
+  const std::int64_t keys = p.k_len - tile.n0;
+  return keys >= Traits::kBlockN ? Traits::kConsumers - 1 : static_cast<int>((keys - 1) / 64);
+}
+
+// Deterministic mode, a consumer thread: its dQ fragments of step `step` into the step's tile
+// buffer (step % 2), then the hand-over. With the block's dQ (consumers on disjoint columns) each
+// consumer writes its columns once the writer has added what was there two steps ago, and every
+// thread arrives on `full`. With own parts (D=64) the first consumer writes, each next one (after
+// the previous one's arrival on its `part` barrier) adds its fragments to the same elements (the
+// same thread of each consumer holds the same ones), so the sums come in consumer order whatever
+// the timing, and the last consumer with keys (`last`) hands the buffer to the writer.
+template <typename Traits>
+__device__ __forceinline__ void stage_dq_in_order(const BackwardShared<Traits>& smem,
+                                                  const float (&dq)[Traits::kDqTiles][4], int consumer,
+                                                  int last, int warp, int lane, int step) {
+  constexpr bool kChained = !Traits::kBlockDq;
   const int buffer = step & 1;
-  if (step >= 2) mbarrier_wait(smem.dq_empty(buffer), static_cast<std::uint32_t>(step / 2 - 1) & 1u);
-  float* stage = smem.dq_stage(consumer, warp, buffer);
+  const int dt0 = Traits::kBlockDq ? consumer * Traits::kDqTiles : 0;
+  float* stage = smem.dq_tile(buffer) + (warp * (Traits::kHeadDim / 8) + dt0) * kDqAccumBlockFloats;
+  const bool adds = kChained && consumer > 0;
+  if (adds) {
+    mbarrier_wait(smem.dq_part(buffer, consumer - 1), static_cast<std::uint32_t>(step / 2) & 1u);
+  } else if (step >= 2) {
+    mbarrier_wait(smem.dq_empty(buffer), static_cast<std::uint32_t>(step / 2 - 1) & 1u);
+  }
 #pragma unroll
-  for (int dt = 0; dt < Traits::kDqTiles; ++dt) dq_accum_stage_fragment(stage + dt * kDqAccumBlockFloats, lane, dq[dt]);
-  ptx::fence_shared_to_async();  // this thread's writes, before the writer's bulk copy reads them
-  ptx::mbarrier_arrive(smem.dq_full(buffer));
+  for (int dt = 0; dt < Traits::kDqTiles; ++dt) {
+    float* block = stage + dt * kDqAccumBlockFloats;
+    if (adds) {
+      float c[4];
+      dq_accum_load_fragment(c, block, lane);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c[e] += dq[dt][e];
+      dq_accum_stage_fragment(block, lane, c);
+    } else {
+      dq_accum_stage_fragment(block, lane, dq[dt]);
+    }
+  }
+  if (!kChained || consumer == last) {
+    ptx::fence_shared_to_async();  // this thread's writes, before the writer's bulk copy reads them
+    ptx::mbarrier_arrive(smem.dq_full(buffer));
+  } else {
+    ptx::mbarrier_arrive(smem.dq_part(buffer, consumer));
+  }
 }
 
 // Deterministic mode, writer `w` (0 or 1; one thread of the producer warpgroup each): the block's
-// dQ of steps w, w + 2, ... (staging buffer w) into the accumulator, each in its turn (dq_turn):
-// once every consumer thread has staged the step, wait for the turn, add the 64 x kHeadDim tile
-// with one bulk reduce-add, wait until it has landed, pass the turn, free the buffer.
+// dQ of steps w, w + 2, ... (tile buffer w) into the accumulator, each in its turn (dq_turn): once
+// the consumers have staged the step, wait for the turn, add the 64 x kHeadDim tile with one bulk
+// reduce-add, wait until it has landed, pass the turn, free the buffer.
 template <typename Traits>
 __device__ __forceinline__ void write_dq_in_turns(const BackwardParams& p, const BackwardShared<Traits>& smem,
                                                   const BackwardTile& tile, int w) {
@@ -577,8 +618,7 @@ __device__ __forceinline__ void write_dq_in_turns(const BackwardParams& p, const
     int* turns = p.dq_turns + bh * (p.rows_padded / 64) + st.m0 / 64;
     ptx::wait_turn_async(turns, dq_turn<Traits>(p, tile, st));
     if constexpr (kDqAdds) {
-      bulk_reduce_add(dq_accum_block(p, bh, st.m0 / 16, 0, p.accum_width), smem.dq_stage(0, 0, w),
-                      Traits::kDqStageSetBytes);
+      bulk_reduce_add(dq_accum_block(p, bh, st.m0 / 16, 0, p.accum_width), smem.dq_tile(w), Traits::kDqTileBytes);
       bulk_commit();
       bulk_wait<0>();
     }
@@ -696,7 +736,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       for (int step = 0; step < tile.steps; ++step) {
         const int s = step % Traits::kStages;
         mbarrier_wait(smem.step_full(s), static_cast<std::uint32_t>(step / Traits::kStages) & 1u);
-        release_step(smem.step_empty(s), lane, release_barrier);
+        release_step(smem.step_empty(s), lane, release_barrier);  // (and no dQ part to stage)
       }
       return;
     }
@@ -881,7 +921,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       add_warp_dq<true, Traits::kDqStageBuffers>(
           p, bh, row_block, dt0, dq, smem.dq_stage(consumer, warp, step % Traits::kDqStageBuffers), lane);
     } else if constexpr (Traits::kDqWriter) {
-      stage_dq_for_writers<Traits>(smem, dq, consumer, warp, lane, step);
+      stage_dq_in_order<Traits>(smem, dq, consumer, dq_last_consumer<Traits>(p, tile), warp, lane, step);
     } else {
       add_warp_dq<false>(p, bh, row_block, dt0, dq, nullptr, lane);  // a 16-byte red per fragment
     }
@@ -921,8 +961,11 @@ __device__ __forceinline__ void backward_block(const Sm90BackwardParams& params,
     }
     if constexpr (Traits::kDqWriter) {
       for (int b = 0; b < 2; ++b) {
-        ptx::mbarrier_init(smem.dq_full(b), 128 * Traits::kConsumers);
+        ptx::mbarrier_init(smem.dq_full(b), Traits::kBlockDq ? 128 * Traits::kConsumers : 128);
         ptx::mbarrier_init(smem.dq_empty(b), 1);
+        if constexpr (!Traits::kBlockDq) {
+          for (int c = 0; c + 1 < Traits::kConsumers; ++c) ptx::mbarrier_init(smem.dq_part(b, c), 128);
+        }
       }
     }
     ptx::fence_barrier_init();

@@ -140,8 +140,7 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
   if (args.deterministic && turns > 0 && params.dq_turns == nullptr) {
     throw Error(ErrorCode::internal, "sm90 backward: deterministic mode without turn counters");
   }
-  // The main kernel's variant; its tensor maps follow its tiles (the deterministic mode keeps
-  // two consumers at D=64, 128-key blocks, where the others take 192).
+  // The main kernel's variant; its tensor maps follow its tiles.
   auto run = [&](auto traits) {
     using Traits = typename decltype(traits)::type;
     // Host work first (tensor maps), then the launches back to back, so the GPU does not wait
