@@ -78,13 +78,9 @@ constexpr bool head_dims_subset(HeadDims<kSome...>, HeadDims<kAll...>) {
 static_assert(head_dims_subset(Sm90BackwardHeadDims{}, Sm80BackwardHeadDims{}),
               "every sm90 backward head dim is a backward kernel head dim");
 
-// The sm90 backward's deterministic mode (sm90/backward/kernel.cuh's dQ writers) needs two dQ
-// staging buffers a block beside its tiles: kernel head dims 64 and 128, not 96 (one fits
-// there). At 128 each consumer computes half of the block's dQ columns, and a half must not cross
-// a 64-column panel of K (the MN-major dQ product starts inside a panel only where it stays in
-// it). The wide kernel (192, 256: sm90/backward/wide_kernel.cuh) has no deterministic mode.
-constexpr bool sm90_deterministic_head_dim(int head_dim) {
-  return head_dim <= 128 && ((head_dim / 2) % 64 == 0 || 64 % (head_dim / 2) == 0);
-}
+// The sm90 backward's deterministic mode (sm90/backward/kernel.cuh's dQ writers): kernel head
+// dims up to 128 (64, 96, 128). The wide kernel (192, 256: sm90/backward/wide_kernel.cuh) has no
+// deterministic mode.
+constexpr bool sm90_deterministic_head_dim(int head_dim) { return head_dim <= 128; }
 
 }  // namespace flashpp::cuda

@@ -474,7 +474,7 @@ TEST(CudaBackward, DeterministicModeIsAccurateAndBitIdentical) {
   FLASHPP_SKIP_WITHOUT_GPU();
   std::uint64_t seed = 900;
   for (const char* sm90 : kDeterministicPasses)
-  for (std::int64_t D : {64, 128, 256}) {
+  for (std::int64_t D : {64, 96, 128, 256}) {
     std::optional<gpu_test::ScopedEnv> guard;
     if (sm90[0] != '\0') guard.emplace("FLASHPP_SM90_BACKWARD", sm90);
     AttentionCase c = make_case({2, 300, 300, 4, 2, D}, DType::bf16, Layout::bnhd, ++seed);
@@ -505,7 +505,7 @@ TEST(CudaBackward, DeterministicModeUnderContention) {
   FLASHPP_SKIP_WITHOUT_GPU();
   std::uint64_t seed = 960;
   for (const char* sm90 : kDeterministicPasses)
-  for (std::int64_t D : {64, 128}) {
+  for (std::int64_t D : {64, 96, 128}) {
     std::optional<gpu_test::ScopedEnv> guard;
     if (sm90[0] != '\0') guard.emplace("FLASHPP_SM90_BACKWARD", sm90);
     for (int shape = 0; shape < 4; ++shape) {

@@ -215,6 +215,10 @@ struct Sm90BackwardTraits {
   // K/V full; per stage step full, empty; with the writers per dQ buffer full, empty and (own
   // parts) each consumer's but the last's part added.
   static constexpr int kDqBufferBarriers = kBlockDq ? 2 : 1 + kConsumers;
+  // With the block's dQ each consumer's half of the columns must stay inside 64-column panels
+  // of K (issue_query_gradient).
+  static_assert(!kDqWriter || !kBlockDq || kDqColumns % 64 == 0 || 64 % kDqColumns == 0,
+                "the deterministic mode's dQ halves inside panels");
   static constexpr int kBarrierCount = 1 + 2 * kStages + (kDqWriter ? 2 * kDqBufferBarriers : 0);
   static constexpr int kDqStage = kDs + kDsBuffers * kDsBufferBytes;
   // Staging areas per warp, used by steps in turn (FLASHPP_SM90_BWD_DQ_STAGES) where two fit
