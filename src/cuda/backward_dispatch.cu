@@ -36,8 +36,8 @@ std::string misaligned_tensor(const detail::BackwardArgs& a) {
 
 // Why the sm90 family cannot run this backward (empty when it can): its device and build, and
 // what it covers so far (the kernel head dims of Sm90BackwardHeadDims in instances.hpp, 64, 96,
-// 128, 192 and 256, the deterministic mode up to 128; no softcap, and no deterministic mode
-// with dropout: those run on the sm80 family).
+// 128, 192 and 256, the deterministic mode up to 128, with or without dropout; no softcap: that
+// runs on the sm80 family).
 std::string sm90_backward_unsupported(const detail::Problem& pr, bool deterministic) {
   std::string reason = sm90_unavailable_reason(pr.device.index);
   if (!reason.empty()) return reason;
@@ -48,9 +48,6 @@ std::string sm90_backward_unsupported(const detail::Problem& pr, bool determinis
   if (pr.softcap > 0.0f) return "the sm90 backward has no softcap yet";
   if (deterministic && !sm90_deterministic_head_dim(kernel_head_dim(pr.D))) {
     return "the sm90 backward's deterministic mode covers kernel head dims up to 128";
-  }
-  if (deterministic && pr.dropout.threshold != 0) {
-    return "the sm90 backward has no deterministic mode with dropout yet";
   }
   if (pr.B * pr.Hkv > 65535) return "batch * kv heads above 65535";
   return {};

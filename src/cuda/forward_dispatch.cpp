@@ -146,8 +146,7 @@ std::string kernel_families(int device) {
                                    : !why_not.empty() ? "; sm90 unavailable)"
                                                       : "; FLASHPP_SM90_BACKWARD=0)");
   } else {
-    backward = "sm90 without softcap (deterministic mode at kernel head dims up to 128, without "
-               "dropout), else sm80";
+    backward = "sm90 without softcap (deterministic mode at kernel head dims up to 128), else sm80";
   }
   return "forward: " + forward + "; backward: " + backward;
 }

@@ -480,6 +480,10 @@ TEST(CudaBackward, DeterministicModeIsAccurateAndBitIdentical) {
     AttentionCase c = make_case({2, 300, 300, 4, 2, D}, DType::bf16, Layout::bnhd, ++seed);
     c.options.deterministic = true;
     c.options.causal = D == 128;
+    if (D == 96) {  // with dropout (its mask regenerated in the backward)
+      c.options.dropout_p = 0.1f;
+      c.options.seed = 77;
+    }
     check_case(c);
     const AttentionInputs in = make_inputs(c);
     const OracleResult oracle = run_oracle(in, c.options, /*with_backward=*/false);
@@ -516,6 +520,8 @@ TEST(CudaBackward, DeterministicModeUnderContention) {
       if (shape == 2) {
         c.options.window_left = 300;
         c.options.window_right = 200;
+        c.options.dropout_p = 0.15f;
+        c.options.seed = 11;
       }
       const AttentionInputs in = make_inputs(c);
       const ForwardOutputs fwd = gpu_test::run_forward_cuda(in, c.options);  // no float64 oracle

@@ -132,9 +132,6 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
   if (params.accum_width != kHeadDim) {
     throw Error(ErrorCode::internal, "sm90 backward: dQ accumulator width differs from the head dim");
   }
-  if (args.deterministic && params.dropout.threshold != 0) {
-    throw Error(ErrorCode::internal, "sm90 backward: no deterministic mode with dropout");
-  }
   const std::size_t turns = static_cast<std::size_t>(params.batch * params.q_heads) *
                             static_cast<std::size_t>(params.rows_padded / 64);
   if (args.deterministic && turns > 0 && params.dq_turns == nullptr) {
@@ -160,7 +157,11 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
   };
   if (args.deterministic) {
     if constexpr (sm90_deterministic_head_dim(kHeadDim)) {
-      run(TraitsTag<BackwardTraitsFor<Element, kHeadDim, true>>{});
+      if (params.dropout.threshold != 0) {
+        run(TraitsTag<BackwardTraitsFor<Element, kHeadDim, true, true>>{});
+      } else {
+        run(TraitsTag<BackwardTraitsFor<Element, kHeadDim, true>>{});
+      }
     } else {
       throw Error(ErrorCode::internal, "sm90 backward: no deterministic mode at this head dim");
     }
