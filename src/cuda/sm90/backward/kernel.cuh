@@ -34,9 +34,9 @@
 // order) and two writer threads of the producer warpgroup (one per buffer: write_dq_in_turns)
 // take the turn and add the tile with one bulk reduce-add, passing the turn once it has landed.
 // So the consumers never wait for a turn (only for a buffer, two steps later), and two steps'
-// turns are in flight at once. Blocks walk their query tiles last first, so that under a causal mask every
-// block starts on the tile all of them see and they move down together instead of each waiting
-// for the first block to reach its tiles.
+// turns are in flight at once. Blocks walk their query tiles last first, so that under a causal
+// mask every block starts on the tile all of them see and they move down together instead of
+// each waiting for the first block to reach its tiles.
 #pragma once
 
 #include <cuda.h>
@@ -105,7 +105,7 @@ constexpr bool kSplitMask = FLASHPP_SM90_BWD_SPLIT_MASK != 0;
 // 16-byte red per fragment straight from registers. The reds hold their source registers until
 // the memory system takes them, and the next step's dP^T product, which reuses those registers,
 // waited for that (ncu, session 15: 7-14% of the consumers' samples at the loop head). The
-// deterministic mode keeps the reds (its turns order them).
+// deterministic mode has its own way (writers, below).
 #ifndef FLASHPP_SM90_BWD_DQ_BULK
 #define FLASHPP_SM90_BWD_DQ_BULK 1
 #endif
@@ -132,9 +132,10 @@ constexpr bool kDqAdds = FLASHPP_SM90_BWD_DQ_ADDS != 0;
 #define FLASHPP_SM90_BWD_EARLY_DKV 1
 #endif
 
-// Consumer warpgroups at head dim 64 (2 or 3; the other head dims take 2): each owns 64 keys of the block, so 3 make 192-key blocks, with 160 registers a consumer
-// thread instead of 240. More warps to hide each consumer's serial chain of products and
-// element-wise work, as the forward's 192-row tile does at D=64.
+// Consumer warpgroups at head dim 64 (2 or 3; the other head dims take 2): each owns 64 keys of
+// the block, so 3 make 192-key blocks, with 160 registers a consumer thread instead of 240. More
+// warps to hide each consumer's serial chain of products and element-wise work, as the
+// forward's 192-row tile does at D=64.
 #ifndef FLASHPP_SM90_BWD_D64_CONSUMERS
 #define FLASHPP_SM90_BWD_D64_CONSUMERS 3
 #endif
@@ -981,7 +982,9 @@ __device__ __forceinline__ void backward_block(const Sm90BackwardParams& params,
     if (threadIdx.x == 0 && tile.steps > 0) load_backward_tiles<Traits>(params, smem, tile);
     if constexpr (Traits::kDqWriter) {
       // Lane 0 of warps 1 and 2.
-      if (threadIdx.x == 32 || threadIdx.x == 64) write_dq_in_turns<Traits>(params.args, smem, tile, threadIdx.x / 32 - 1);
+      if (threadIdx.x == 32 || threadIdx.x == 64) {
+        write_dq_in_turns<Traits>(params.args, smem, tile, threadIdx.x / 32 - 1);
+      }
     }
   } else {
     ptx::claim_registers<Traits::kConsumerRegisters>();
