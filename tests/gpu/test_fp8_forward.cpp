@@ -12,12 +12,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/fp8_case.hpp"
 #include "common/metrics.hpp"
 #include "gpu_buffer.hpp"
+#include "scoped_env.hpp"
 
 namespace flashpp::gpu_test {
 namespace {
@@ -207,6 +209,60 @@ TEST(Fp8GpuForward, CallerWorkspaceGivesTheSameOutput) {
     EXPECT_EQ(std::memcmp(automatic.o.raw(), caller.o.raw(), caller.o.raw_bytes()), 0);
     EXPECT_EQ(std::memcmp(automatic.lse.raw(), caller.lse.raw(), caller.lse.raw_bytes()), 0);
     EXPECT_EQ(test::count_nan(caller.o), 0);
+  }
+}
+
+// The grids a call can take: the persistent grid (the stride walk without a mask, the snake walk
+// with handoffs under one), here on two blocks that walk every item (the ring, the Q tile's
+// barriers, the handoff and the issue turns carried from item to item; masked items and items
+// without a visible key among them), the stride walk under a mask, one block per item, and the
+// launch without the dependence on the transposition pass. Each item is computed the same way
+// whichever block takes it, so every grid gives the default's output bit for bit.
+TEST(Fp8GpuForward, EveryGridGivesTheSameOutput) {
+  FLASHPP_SKIP_WITHOUT_FP8_GPU();
+  struct Grid {
+    const char* persistent;
+    const char* max_blocks;
+    const char* walk;
+    const char* dependent;
+  };
+  const Grid grids[] = {{"1", "2", "", ""}, {"1", "3", "stride", ""}, {"0", "", "", ""},
+                        {"", "", "", "0"}};
+  std::vector<Fp8Case> cases;
+  for (const AttentionShape shape : {AttentionShape{2, 300, 513, 2, 1, 64},
+                                     AttentionShape{1, 513, 300, 4, 2, 128},
+                                     AttentionShape{1, 260, 700, 2, 1, 256}}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      Fp8Case c;
+      c.shape = shape;
+      c.seed = 500 + 3 * shape.D + variant;
+      c.causal = variant > 0;
+      c.alignment = variant == 2 ? Alignment::bottom_right : Alignment::top_left;
+      if (variant == 2) c.window_left = 100;
+      cases.push_back(c);
+    }
+  }
+  for (const Fp8Case& c : cases) {
+    SCOPED_TRACE(c.describe());
+    const Fp8Data d = test::make_fp8_data(c);
+    const ForwardOutputs reference = run_fp8_forward_cuda(c, d);
+    for (const Grid& g : grids) {
+      SCOPED_TRACE(std::string("persistent '") + g.persistent + "' max blocks '" + g.max_blocks +
+                   "' walk '" + g.walk + "' dependent launch '" + g.dependent + "'");
+      std::vector<std::unique_ptr<ScopedEnv>> env;
+      auto set = [&](const char* name, const char* value) {
+        if (value[0] != '\0') env.push_back(std::make_unique<ScopedEnv>(name, value));
+      };
+      set("FLASHPP_SM90_FWD_PERSISTENT", g.persistent);
+      set("FLASHPP_SM90_FWD_MAX_BLOCKS", g.max_blocks);
+      set("FLASHPP_SM90_FWD_WALK", g.walk);
+      set("FLASHPP_FP8_DEPENDENT_LAUNCH", g.dependent);
+      const ForwardOutputs ours = run_fp8_forward_cuda(c, d);
+      EXPECT_EQ(test::count_nan(ours.o), 0);
+      ASSERT_EQ(ours.o.raw_bytes(), reference.o.raw_bytes());
+      EXPECT_EQ(std::memcmp(ours.o.raw(), reference.o.raw(), ours.o.raw_bytes()), 0);
+      EXPECT_EQ(std::memcmp(ours.lse.raw(), reference.lse.raw(), ours.lse.raw_bytes()), 0);
+    }
   }
 }
 

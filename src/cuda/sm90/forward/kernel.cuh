@@ -30,6 +30,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../../common/block_order.cuh"
 #include "../../common/forward_params.hpp"
@@ -288,6 +289,37 @@ __device__ __forceinline__ bool take_item(const ItemHandoff* slot, ForwardTile& 
   return p0.x >= 0;
 }
 
+// The producer's end of a walk with handoffs (`items` handed over before): one more handoff, the
+// end mark, once the last item's Q tile and handoff slot are released. Storage: a shared-memory
+// layout with q_full, q_empty, handoff_empty and handoff (this kernel's and the FP8 forward's).
+template <typename Storage>
+__device__ __forceinline__ void hand_off_walk_end(const Storage& smem, int items) {
+  if (items > 0) {
+    mbarrier_wait(smem.q_empty(), static_cast<std::uint32_t>(items - 1) & 1u);
+    mbarrier_wait(smem.handoff_empty(), static_cast<std::uint32_t>(items - 1) & 1u);
+  }
+  hand_off_end(smem.handoff());
+  ptx::mbarrier_arrive(smem.q_full());
+}
+
+// The consumers' side of a walk with handoffs: body(tile, items done before it) for each item
+// the producer hands over, up to the end mark. The wait for the item's Q tile (q_full) comes
+// first, since the handoff travels with it.
+// `role`: the consumer's role in trace.cuh's stamps.
+template <typename Storage, typename Body>
+__device__ __forceinline__ void for_each_handed_item(const Sm90ForwardParams& params,
+                                                     const Storage& smem, int role, Body&& body) {
+  for (int items_done = 0;; ++items_done) {
+    FLASHPP_FWD_STAMP(items_done, role, item_start, clock64());
+    mbarrier_wait(smem.q_full(), static_cast<std::uint32_t>(items_done) & 1u);
+    FLASHPP_FWD_STAMP(items_done, role, q_ready, clock64());
+    ForwardTile tile;
+    if (!take_item(smem.handoff(), tile)) break;
+    ptx::mbarrier_arrive(smem.handoff_empty());
+    body(tile, items_done);
+  }
+}
+
 // How the blocks of a launch share its items (launch.cuh, walk_grid):
 //   stride   block b takes launch positions b, b + G, b + 2G, ... (G = gridDim.x); a grid of one
 //            block per item gives each block one. The persistent grid without a mask.
@@ -396,29 +428,39 @@ __device__ __forceinline__ void load_item(const Sm90ForwardParams& params,
   ring += num_tiles;
 }
 
-template <typename Traits, WalkKind kWalk>
-__device__ __forceinline__ void producer_loop(const Sm90ForwardParams& params,
-                                              const SharedStorage<Traits>& smem,
-                                              const ItemWalk<kWalk>& walk) {
-  constexpr bool kHandOff = kHandOffItems<kWalk>;
+// The producer's walk over a block's items (this kernel's and the FP8 forward's): load(tile,
+// items done before it, ring) issues each item's copies (and its handoff, on walks with one);
+// `ring` counts the K/V tiles loaded before, the position in the ring of stages.
+template <typename Traits, WalkKind kWalk, typename Storage, typename LoadItem>
+__device__ __forceinline__ void producer_walk(const Sm90ForwardParams& params, const Storage& smem,
+                                              const ItemWalk<kWalk>& walk, LoadItem&& load) {
   int ring = 0, items = 0;
   walk.for_each([&](std::int64_t linear, int items_done) {
     FLASHPP_FWD_STAMP(items_done, 0, item_start, clock64());
     if (items_done == 0) FLASHPP_FWD_STAMP(0, 0, sm_id, sm_id());
-    load_item<Traits, kHandOff>(params, smem,
-                                forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
-                                items_done, ring);
+    load(forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads), items_done, ring);
     FLASHPP_FWD_STAMP(items_done, 0, loads_issued, clock64());
     items = items_done + 1;
   });
-  if constexpr (kHandOff) {
-    // The end of the walk, as one more handoff once the last item's Q tile is released.
-    if (items > 0) {
-      mbarrier_wait(smem.q_empty(), static_cast<std::uint32_t>(items - 1) & 1u);
-      mbarrier_wait(smem.handoff_empty(), static_cast<std::uint32_t>(items - 1) & 1u);
-    }
-    hand_off_end(smem.handoff());
-    ptx::mbarrier_arrive(smem.q_full());
+  if constexpr (kHandOffItems<kWalk>) hand_off_walk_end(smem, items);
+}
+
+// A consumer warpgroup's walk over the same items: on walks with handoffs as the producer hands
+// them over (up to the end mark), else taking the positions itself. item(tile, items done
+// before it, q_waited): q_waited (a std::bool_constant) says whether the item's Q tile has been
+// waited for (the handoff travels with it).
+template <typename Traits, WalkKind kWalk, typename Storage, typename Item>
+__device__ __forceinline__ void consumer_walk(const Sm90ForwardParams& params, const Storage& smem,
+                                              const ItemWalk<kWalk>& walk, int role, Item&& item) {
+  if constexpr (kHandOffItems<kWalk>) {
+    for_each_handed_item(params, smem, role, [&](const ForwardTile& tile, int items_done) {
+      item(tile, items_done, std::true_type{});
+    });
+  } else {
+    walk.for_each([&](std::int64_t linear, int items_done) {
+      item(forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads), items_done,
+           std::false_type{});
+    });
   }
 }
 
@@ -641,24 +683,11 @@ __device__ __forceinline__ void consumer_loop(const Sm90ForwardParams& params,
   const IssueTurns<Traits::kConsumers, kTakesTurns<Traits, kExtras>> turns{consumer};
   turns.start();
   int ring = 0;
-  if constexpr (kHandOffItems<kWalk>) {
-    for (int items_done = 0;; ++items_done) {
-      FLASHPP_FWD_STAMP(items_done, 1 + consumer, item_start, clock64());
-      mbarrier_wait(smem.q_full(), static_cast<std::uint32_t>(items_done) & 1u);
-      FLASHPP_FWD_STAMP(items_done, 1 + consumer, q_ready, clock64());
-      ForwardTile tile;
-      const bool more = take_item(smem.handoff(), tile);
-      if (!more) break;
-      ptx::mbarrier_arrive(smem.handoff_empty());
-      consumer_item<Traits, kExtras, true>(params, smem, tile, consumer, turns, items_done, ring);
-    }
-  } else {
-    walk.for_each([&](std::int64_t linear, int items_done) {
-      consumer_item<Traits, kExtras, false>(
-          params, smem, forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads),
-          consumer, turns, items_done, ring);
-    });
-  }
+  consumer_walk<Traits>(params, smem, walk, 1 + consumer,
+                        [&](const ForwardTile& tile, int items_done, auto q_waited) {
+                          consumer_item<Traits, kExtras, decltype(q_waited)::value>(
+                              params, smem, tile, consumer, turns, items_done, ring);
+                        });
   turns.finish();
 }
 
@@ -693,7 +722,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int warpgroup = ptx::warpgroup_index();
   if (warpgroup == 0) {
     ptx::release_registers<Traits::kProducerRegisters>();
-    if (threadIdx.x == 0) producer_loop<Traits, kWalk>(params, smem, walk);
+    if (threadIdx.x == 0) {
+      producer_walk<Traits>(params, smem, walk, [&](const ForwardTile& tile, int items_done, int& ring) {
+        load_item<Traits, kHandOffItems<kWalk>>(params, smem, tile, items_done, ring);
+      });
+    }
   } else {
     ptx::claim_registers<Traits::kConsumerRegisters>();
     consumer_loop<Traits, kExtras, kWalk>(params, smem, walk, warpgroup - 1);

@@ -106,10 +106,15 @@ inline std::int64_t persistent_blocks(std::int64_t resident) {
 // The launches of a forward kernel over items (query tile, batch * head), at most 65535 heads
 // each; under a mask, heads grouped so that the longest query tiles start first
 // (common/block_order.cuh).
+// dependent_launch: the first launch with programmatic stream serialisation
+// (ptx/griddepcontrol.cuh), so that the kernel may start while the one before it on the stream
+// still runs (the FP8 forward after its V transposition pass; the kernel waits for it before
+// reading what it wrote). Later launches of a call follow the first in the ordinary way.
 template <typename Kernel>
 void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
                         Sm90ForwardParams p, std::int64_t batch_heads, cudaStream_t stream,
-                        const char* what, ForwardGrid grid_kind = ForwardGrid::tiles_by_heads) {
+                        const char* what, ForwardGrid grid_kind = ForwardGrid::tiles_by_heads,
+                        bool dependent_launch = false) {
   // Made on every launch (its own cost per call was not measured): a cudaDeviceReset clears it.
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
              "cudaFuncSetAttribute (sm90 forward shared memory)");
@@ -137,7 +142,21 @@ void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
         grid_kind == ForwardGrid::tiles_by_heads
             ? dim3(static_cast<unsigned>(m_blocks), static_cast<unsigned>(heads))
             : dim3(static_cast<unsigned>(persistent ? std::min(items, persistent_blocks(slots)) : items));
-    kernel<<<grid, threads, smem_bytes, stream>>>(p);
+    if (dependent_launch && first == 0) {  // later launches follow this kernel's launches
+      cudaLaunchConfig_t config = {};
+      config.gridDim = grid;
+      config.blockDim = dim3(static_cast<unsigned>(threads));
+      config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+      config.stream = stream;
+      cudaLaunchAttribute attribute[1];
+      attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attribute[0].val.programmaticStreamSerializationAllowed = 1;
+      config.attrs = attribute;
+      config.numAttrs = 1;
+      check_cuda(cudaLaunchKernelEx(&config, kernel, p), what);
+    } else {
+      kernel<<<grid, threads, smem_bytes, stream>>>(p);
+    }
     check_launch(what);
   }
 }

@@ -1,7 +1,7 @@
 // The FP8 (e4m3) forward for Hopper (sm_90a): the design of ../forward/kernel.cuh (TMA ring,
 // warp specialisation, consumer warpgroups taking turns at D = 256 (kPingpong), softmax of tile j
-// overlapping P V of tile j-1) with e4m3 wgmma (m64nNk32, twice the bf16 rate) and the three
-// changes 8-bit operands force:
+// overlapping P V of tile j-1, a persistent grid walking the items with that kernel's walks)
+// with e4m3 wgmma (m64nNk32, twice the bf16 rate) and the three changes 8-bit operands force:
 //
 // 1. V transposed. 8-bit wgmma reads both operands K-major only, so the B operand of O += P V must
 //    be V^T (head dim along rows, keys contiguous). By default a pass before the kernel writes Vt
@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "../../common/sector_store.cuh"
+#include "../../ptx/griddepcontrol.cuh"
 #include "../forward/kernel.cuh"
 #include "fp8_fragments.cuh"
 #include "fp8_layout.hpp"
@@ -94,10 +95,12 @@ struct Fp8ForwardTraits {
   // (a compile definition, default 0; launch.cuh then gives D = 256 a third stage).
   static constexpr int kRawVStages =
       kVtPass && (FLASHPP_FP8_COMPACT_SMEM != 0 || kBlockN != 128) ? 0 : kStages;
-  // Q full; per stage: K full/empty, V full/empty (raw V), Vt full/empty.
-  static constexpr int kBarriers = 1 + 6 * kStages;
-  static constexpr int kSmemBytes =
-      kQBytes + (kStages + kRawVStages) * kKVBytes + kStages * kVtBytes + 8 * kBarriers;
+  // Q full/empty, handoff empty and one unused (the handoff slot after the barriers is then
+  // 16-byte aligned); per stage: K full/empty, V full/empty (raw V), Vt full/empty.
+  static constexpr int kBarriers = 4 + 6 * kStages;
+  static constexpr int kHandoffBytes = 64;  // ItemHandoff (../forward/kernel.cuh)
+  static constexpr int kSmemBytes = kQBytes + (kStages + kRawVStages) * kKVBytes +
+                                    kStages * kVtBytes + 8 * kBarriers + kHandoffBytes;
 
   static constexpr int kTransposeWarps = 3;  // warps 1..3 of the producer warpgroup
   // Registers per thread after the reallocation (producer x 128 + consumer x 256 <= 64K): the
@@ -138,44 +141,72 @@ struct Fp8SharedStorage {
     return reinterpret_cast<std::uint64_t*>(vt(Traits::kStages));
   }
   __device__ std::uint64_t* q_full() const { return barriers(); }
-  __device__ std::uint64_t* k_full(int s) const { return barriers() + 1 + s; }
-  __device__ std::uint64_t* k_empty(int s) const { return barriers() + 1 + Traits::kStages + s; }
-  __device__ std::uint64_t* v_full(int s) const { return barriers() + 1 + 2 * Traits::kStages + s; }
-  __device__ std::uint64_t* v_empty(int s) const { return barriers() + 1 + 3 * Traits::kStages + s; }
-  __device__ std::uint64_t* vt_full(int s) const { return barriers() + 1 + 4 * Traits::kStages + s; }
-  __device__ std::uint64_t* vt_empty(int s) const { return barriers() + 1 + 5 * Traits::kStages + s; }
+  // The consumers are done with the item's Q tile (its last S = Q K^T has completed).
+  __device__ std::uint64_t* q_empty() const { return barriers() + 1; }
+  // Every consumer thread has read the handoff slot (as in ../forward/kernel.cuh).
+  __device__ std::uint64_t* handoff_empty() const { return barriers() + 2; }
+  __device__ std::uint64_t* k_full(int s) const { return barriers() + 4 + s; }
+  __device__ std::uint64_t* k_empty(int s) const { return barriers() + 4 + Traits::kStages + s; }
+  __device__ std::uint64_t* v_full(int s) const { return barriers() + 4 + 2 * Traits::kStages + s; }
+  __device__ std::uint64_t* v_empty(int s) const { return barriers() + 4 + 3 * Traits::kStages + s; }
+  __device__ std::uint64_t* vt_full(int s) const { return barriers() + 4 + 4 * Traits::kStages + s; }
+  __device__ std::uint64_t* vt_empty(int s) const { return barriers() + 4 + 5 * Traits::kStages + s; }
+  __device__ ItemHandoff* handoff() const {
+    static_assert(Traits::kBarriers % 2 == 0, "the handoff slot is 16-byte aligned");
+    return reinterpret_cast<ItemHandoff*>(barriers() + Traits::kBarriers);
+  }
 };
 
 // ---------------------------------------------------------------------------------------------
 // Producer warp 0: the copies
 // ---------------------------------------------------------------------------------------------
 
-template <typename Traits>
-__device__ __forceinline__ void load_tiles(const Sm90ForwardParams& params,
-                                           const Fp8SharedStorage<Traits>& smem,
-                                           const ForwardTile& tile) {
+// The copies of one item (as load_item in ../forward/kernel.cuh): the Q tile once the previous
+// item's is released (with the handoff, kHandOff), K and Vt (or raw V) tiles through the ring;
+// `ring` counts the tiles loaded before and is advanced here. With the Vt pass the first Vt copy
+// waits for the pass (grid_dependency_wait: the kernel may be launched while the pass still
+// runs, launch.cuh); Q and K do not depend on it.
+template <typename Traits, bool kHandOff>
+__device__ __forceinline__ void load_item_fp8(const Sm90ForwardParams& params,
+                                              const Fp8SharedStorage<Traits>& smem,
+                                              const ForwardTile& tile, int items_done, int& ring) {
   const int h = static_cast<int>(tile.h), h_kv = static_cast<int>(tile.h_kv);
   const int b = static_cast<int>(tile.b);
-  mbarrier_expect_bytes(smem.q_full(), Traits::kQBytes);
-#pragma unroll
-  for (int panel = 0; panel < Traits::kPanels; ++panel) {
-    tma_load_4d(smem.q() + panel * Traits::kQPanelBytes, &params.q_map, panel * 128,
-                static_cast<int>(tile.m0), h, b, smem.q_full());
-  }
   const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
+  auto load_q = [&] {
+    if (items_done > 0) mbarrier_wait(smem.q_empty(), static_cast<std::uint32_t>(items_done - 1) & 1u);
+    if constexpr (kHandOff) {
+      if (items_done > 0) mbarrier_wait(smem.handoff_empty(), static_cast<std::uint32_t>(items_done - 1) & 1u);
+      hand_off(smem.handoff(), tile);
+    }
+    if (num_tiles == 0) {
+      ptx::mbarrier_arrive(smem.q_full());
+      return;
+    }
+    mbarrier_expect_bytes(smem.q_full(), Traits::kQBytes);
+#pragma unroll
+    for (int panel = 0; panel < Traits::kPanels; ++panel) {
+      tma_load_4d(smem.q() + panel * Traits::kQPanelBytes, &params.q_map, panel * 128,
+                  static_cast<int>(tile.m0), h, b, smem.q_full());
+    }
+  };
+  if (num_tiles == 0) load_q();
   for (int j = 0; j < num_tiles; ++j) {
-    const int stage = j % Traits::kStages;
+    const int slot = ring + j;
+    const int stage = slot % Traits::kStages;
     const int n0 = static_cast<int>((tile.keys.end - 1 - j) * Traits::kBlockN);
-    wait_buffer_empty(smem.k_empty(stage), Traits::kStages, j);
+    wait_buffer_empty(smem.k_empty(stage), Traits::kStages, slot);
     mbarrier_expect_bytes(smem.k_full(stage), Traits::kKVBytes);
 #pragma unroll
     for (int panel = 0; panel < Traits::kPanels; ++panel) {
       tma_load_4d(smem.k(stage) + panel * Traits::kKVPanelBytes, &params.k_map, panel * 128, n0,
                   h_kv, b, smem.k_full(stage));
     }
+    if (j == 0) load_q();  // the first K tile may load while the previous item's Q is in use
     if constexpr (Traits::kVtPass) {
+      if (j == 0) grid_dependency_wait();  // returns at once after the first time
       // params.v_map is Vt's: [B, Dp rows, Hkv, Nk16 columns], one box of kHeadDim rows x 128 keys.
-      wait_buffer_empty(smem.vt_empty(stage), Traits::kStages, j);
+      wait_buffer_empty(smem.vt_empty(stage), Traits::kStages, slot);
       mbarrier_expect_bytes(smem.vt_full(stage), Traits::kVtBytes);
       if constexpr (Traits::kVtMainKeys > 0) {
         tma_load_4d(smem.vt(stage), &params.v_map, n0, 0, h_kv, b, smem.vt_full(stage));
@@ -185,7 +216,7 @@ __device__ __forceinline__ void load_tiles(const Sm90ForwardParams& params,
                     n0 + Traits::kVtMainKeys, 0, h_kv, b, smem.vt_full(stage));
       }
     } else {
-      wait_buffer_empty(smem.v_empty(stage), Traits::kStages, j);
+      wait_buffer_empty(smem.v_empty(stage), Traits::kStages, slot);
       mbarrier_expect_bytes(smem.v_full(stage), Traits::kKVBytes);
 #pragma unroll
       for (int panel = 0; panel < Traits::kPanels; ++panel) {
@@ -194,6 +225,7 @@ __device__ __forceinline__ void load_tiles(const Sm90ForwardParams& params,
       }
     }
   }
+  ring += num_tiles;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -240,16 +272,18 @@ __device__ __forceinline__ void transpose_step(const unsigned char* v, unsigned 
   }
 }
 
+// The V tiles of one item, ring positions ring .. ring + tiles - 1 (`ring` advanced here).
 template <typename Traits>
 __device__ __forceinline__ void transpose_v_tiles(const Fp8SharedStorage<Traits>& smem,
-                                                  const ForwardTile& tile, int warp) {
+                                                  const ForwardTile& tile, int warp, int& ring) {
   const int lane = threadIdx.x & 31;
   const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
   constexpr int kUnits = Traits::kPanels * 8;  // (panel, step) pairs
   for (int j = 0; j < num_tiles; ++j) {
-    const int stage = j % Traits::kStages;
-    mbarrier_wait(smem.v_full(stage), static_cast<std::uint32_t>(j / Traits::kStages) & 1u);
-    wait_buffer_empty(smem.vt_empty(stage), Traits::kStages, j);
+    const int slot = ring + j;
+    const int stage = slot % Traits::kStages;
+    mbarrier_wait(smem.v_full(stage), static_cast<std::uint32_t>(slot / Traits::kStages) & 1u);
+    wait_buffer_empty(smem.vt_empty(stage), Traits::kStages, slot);
     for (int unit = warp; unit < kUnits; unit += Traits::kTransposeWarps) {
       transpose_step<Traits>(smem.v(stage), smem.vt(stage), unit / 8, unit % 8);
     }
@@ -260,6 +294,7 @@ __device__ __forceinline__ void transpose_v_tiles(const Fp8SharedStorage<Traits>
       ptx::mbarrier_arrive(smem.v_empty(stage));
     }
   }
+  ring += num_tiles;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -415,18 +450,24 @@ __device__ __forceinline__ void write_output_fp8(const float (&o)[1][Traits::kDT
   }
 }
 
-template <typename Traits>
-__device__ __forceinline__ void consumer_mainloop_fp8(const Sm90ForwardParams& params,
-                                                      const Fp8SharedStorage<Traits>& smem,
-                                                      const ForwardTile& tile, int consumer) {
+// One item of one consumer warpgroup. kQWaited: the caller has waited for the item's Q tile (the
+// handoff); `items_done` and `ring` as for load_item_fp8 (ring advanced here); `turns`: the
+// IssueTurns of the consumer's walk.
+template <typename Traits, bool kQWaited, typename Turns>
+__device__ __forceinline__ void consumer_item_fp8(const Sm90ForwardParams& params,
+                                                  const Fp8SharedStorage<Traits>& smem,
+                                                  const ForwardTile& tile, int consumer,
+                                                  const Turns& turns, int items_done, int& ring) {
   const ForwardParams& p = params.args;
   const int lane = threadIdx.x & 31;
   const int warp_in_group = (threadIdx.x / 32) & 3;
   const std::int64_t row0 = tile.m0 + consumer * 64 + warp_in_group * 16;
-  const float qk_descale = descale_at(p.q_descale, p.q_descale_strides, tile.b, tile.h_kv) *
-                           descale_at(p.k_descale, p.k_descale_strides, tile.b, tile.h_kv);
+  // The KV head from the query head: a handed-over item does not carry it (take_item).
+  const std::int64_t h_kv = tile.h / p.heads_per_kv;
+  const float qk_descale = descale_at(p.q_descale, p.q_descale_strides, tile.b, h_kv) *
+                           descale_at(p.k_descale, p.k_descale_strides, tile.b, h_kv);
   const float scale_log2 = p.scale_log2 * qk_descale;
-  const float v_scale = descale_at(p.v_descale, p.v_descale_strides, tile.b, tile.h_kv);
+  const float v_scale = descale_at(p.v_descale, p.v_descale_strides, tile.b, h_kv);
 
   float o[1][Traits::kDTiles][4];
   float row_max[1][2] = {{-INFINITY, -INFINITY}};
@@ -436,7 +477,9 @@ __device__ __forceinline__ void consumer_mainloop_fp8(const Sm90ForwardParams& p
 #pragma unroll
     for (int c = 0; c < 4; ++c) o[0][dt][c] = 0.0f;
 
+  if constexpr (!kQWaited) mbarrier_wait(smem.q_full(), static_cast<std::uint32_t>(items_done) & 1u);
   const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
+  if (num_tiles == 0) release_buffer(smem.q_empty(), lane);
   if (num_tiles > 0) {
     // Key tile indices fit 32 bits (Nk < 2^32, 128 keys a tile); 32-bit copies of the loop's
     // bounds keep registers free for D = 256 (the 64-bit ones spilled).
@@ -453,29 +496,27 @@ __device__ __forceinline__ void consumer_mainloop_fp8(const Sm90ForwardParams& p
       }
       return online_softmax_fp8<Traits>(s, row_max, row_sum, scale_log2);
     };
+    // Ring slot of key tile j of this item: its stage and the parity of that stage's use.
+    auto stage_of = [&](int j) { return (ring + j) % Traits::kStages; };
+    auto phase_of = [&](int j) { return static_cast<std::uint32_t>((ring + j) / Traits::kStages) & 1u; };
     std::uint32_t p_frag[Traits::kPSteps][4];
-    const IssueTurns<Traits::kConsumers, Traits::kPingpong> turns{consumer};
-    turns.start();
-    mbarrier_wait(smem.q_full(), 0);
     {
       float s[1][Traits::kNTiles][4];
-      mbarrier_wait(smem.k_full(0), 0);
+      mbarrier_wait(smem.k_full(stage_of(0)), phase_of(0));
       turns.wait();
-      issue_scores<Traits>(s[0], smem, consumer, 0);
+      issue_scores<Traits>(s[0], smem, consumer, stage_of(0));
       turns.pass(false);
       ptx::wgmma_wait<0>();
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
-      release_buffer(smem.k_empty(0), lane);
+      release_buffer(smem.k_empty(stage_of(0)), lane);
       softmax_steps(s, last_block);
       convert_p<Traits>(p_frag, s[0]);
     }
     for (int j = 1; j < num_tiles; ++j) {
-      const int stage = j % Traits::kStages, prev_stage = (j - 1) % Traits::kStages;
-      const std::uint32_t phase = (j / Traits::kStages) & 1u;
-      const std::uint32_t prev_phase = ((j - 1) / Traits::kStages) & 1u;
+      const int stage = stage_of(j), prev_stage = stage_of(j - 1);
       float s[1][Traits::kNTiles][4];
-      mbarrier_wait(smem.k_full(stage), phase);
-      mbarrier_wait(smem.vt_full(prev_stage), prev_phase);
+      mbarrier_wait(smem.k_full(stage), phase_of(j));
+      mbarrier_wait(smem.vt_full(prev_stage), phase_of(j - 1));
       turns.wait();
       issue_scores<Traits>(s[0], smem, consumer, stage);
       issue_pv<Traits>(o[0], p_frag, smem, prev_stage);
@@ -493,28 +534,41 @@ __device__ __forceinline__ void consumer_mainloop_fp8(const Sm90ForwardParams& p
       rescale_output<Traits>(o, correction);
       convert_p<Traits>(p_frag, s[0]);
     }
+    // Every S = Q K^T of this item has completed: Q may take the next item's tile while the last
+    // P V runs (O is written from the accumulators, not staged through Q).
+    release_buffer(smem.q_empty(), lane);
     const int last = num_tiles - 1;
-    mbarrier_wait(smem.vt_full(last % Traits::kStages), (last / Traits::kStages) & 1u);
+    mbarrier_wait(smem.vt_full(stage_of(last)), phase_of(last));
     turns.wait();
-    issue_pv<Traits>(o[0], p_frag, smem, last % Traits::kStages);
-    turns.pass(true);
+    issue_pv<Traits>(o[0], p_frag, smem, stage_of(last));
+    turns.pass(false);
     ptx::wgmma_wait<0>();
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o));
+    ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockN / 8]>(p_frag));
+    release_buffer(smem.vt_empty(stage_of(last)), lane);
+    ring += num_tiles;
   }
   write_output_fp8<Traits>(o, row_max, row_sum, p, tile, row0, p.scale * qk_descale, v_scale, lane);
 }
 
-template <typename Traits>
+// kWalk: how the blocks share the items (../forward/kernel.cuh, ItemWalk): a persistent grid
+// (the stride walk without a mask, the snake walk under one, whose items the producer hands to
+// the consumers), or one block per item (the stride walk on a grid of one block per item; the
+// in-kernel transposition always takes that).
+template <typename Traits, WalkKind kWalk>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_fwd_fp8_sm90_kernel(const __grid_constant__ Sm90ForwardParams params) {
 #if FLASHPP_WGMMA_AVAILABLE
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   poison_dynamic_smem(smem_raw);  // test builds only (poison.cuh)
   const Fp8SharedStorage<Traits> smem{smem_raw};
-  const ForwardTile tile = forward_tile<Traits>(params.args);
+  const ItemWalk<kWalk> walk{params.q_tiles * params.heads, params.q_tiles, params.heads,
+                             params.args.heads_per_group * params.q_tiles};
 
   if (threadIdx.x == 0) {
     ptx::mbarrier_init(smem.q_full(), 1);
+    ptx::mbarrier_init(smem.q_empty(), 4 * Traits::kConsumers);  // one arrival per warp
+    ptx::mbarrier_init(smem.handoff_empty(), 128 * Traits::kConsumers);  // one per thread
     for (int s = 0; s < Traits::kStages; ++s) {
       ptx::mbarrier_init(smem.k_full(s), 1);
       ptx::mbarrier_init(smem.v_full(s), 1);
@@ -531,16 +585,32 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (warpgroup == 0) {
     ptx::release_registers<Traits::kProducerRegisters>();
     const int warp = static_cast<int>(threadIdx.x) / 32;
-    if (!tile.keys.empty()) {
-      if (warp == 0) {
-        if (threadIdx.x == 0) load_tiles<Traits>(params, smem, tile);
-      } else if constexpr (!Traits::kVtPass) {
-        transpose_v_tiles<Traits>(smem, tile, warp - 1);
+    if (threadIdx.x == 0) {
+      producer_walk<Traits>(params, smem, walk, [&](const ForwardTile& tile, int items_done, int& ring) {
+        load_item_fp8<Traits, kHandOffItems<kWalk>>(params, smem, tile, items_done, ring);
+      });
+    } else if constexpr (!Traits::kVtPass) {
+      static_assert(kWalk == WalkKind::stride, "the transposing warps walk the items themselves");
+      if (warp > 0) {
+        int ring = 0;
+        walk.for_each([&](std::int64_t linear, int) {
+          transpose_v_tiles<Traits>(
+              smem, forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads), warp - 1, ring);
+        });
       }
     }
   } else {
     ptx::claim_registers<Traits::kConsumerRegisters>();
-    consumer_mainloop_fp8<Traits>(params, smem, tile, warpgroup - 1);
+    const int consumer = warpgroup - 1;
+    const IssueTurns<Traits::kConsumers, Traits::kPingpong> turns{consumer};
+    turns.start();
+    int ring = 0;
+    consumer_walk<Traits>(params, smem, walk, 1 + consumer,
+                          [&](const ForwardTile& tile, int items_done, auto q_waited) {
+                            consumer_item_fp8<Traits, decltype(q_waited)::value>(
+                                params, smem, tile, consumer, turns, items_done, ring);
+                          });
+    turns.finish();
   }
 #endif
 }

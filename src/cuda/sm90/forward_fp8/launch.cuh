@@ -90,8 +90,32 @@ void launch_fp8_kernel(const ForwardParams& params, const detail::ForwardArgs& a
       }
     }
   }
-  launch_query_tiles(flash_fwd_fp8_sm90_kernel<Traits>, Traits::kThreads, Traits::kSmemBytes,
-                     Traits::kBlockM, p, pr.B * pr.Hq, stream, "sm90 FP8 forward kernel launch");
+  // The grid: as the bf16 forward's (../forward/launch.cuh, walk_grid: persistent, the stride
+  // walk without a mask and the snake walk under one; the same switches) where the pass made Vt,
+  // one block per item with the in-kernel transposition. With the pass the kernel is launched
+  // dependent on it (FLASHPP_FP8_DEPENDENT_LAUNCH=0 turns that off): its blocks start, load Q
+  // and K and compute the first scores while the pass ends.
+  const std::int64_t batch_heads = pr.B * pr.Hq;
+  const std::int64_t all_kv_tiles = (pr.Nq + Traits::kBlockM - 1) / Traits::kBlockM *
+                                    std::min<std::int64_t>(batch_heads, 65535) *
+                                    ((pr.Nk + Traits::kBlockN - 1) / Traits::kBlockN);
+  WalkChoice choice{ForwardGrid::walk_one_per_item, WalkKind::stride};
+  if (Traits::kVtPass && all_kv_tiles < (std::int64_t{1} << 31)) {
+    choice = walk_grid(params.mask.active(), params.k_len);
+  }
+  const bool dependent = Traits::kVtPass && pr.Nk > 0 && env_switch("FLASHPP_FP8_DEPENDENT_LAUNCH") != 0;
+  const char* what = "sm90 FP8 forward kernel launch";
+  if (choice.walk == WalkKind::snake) {
+    if constexpr (Traits::kVtPass) {
+      launch_query_tiles(flash_fwd_fp8_sm90_kernel<Traits, WalkKind::snake>, Traits::kThreads,
+                         Traits::kSmemBytes, Traits::kBlockM, p, batch_heads, stream, what,
+                         choice.grid, dependent);
+    }
+  } else {
+    launch_query_tiles(flash_fwd_fp8_sm90_kernel<Traits, WalkKind::stride>, Traits::kThreads,
+                       Traits::kSmemBytes, Traits::kBlockM, p, batch_heads, stream, what,
+                       choice.grid, dependent);
+  }
 }
 
 template <typename Out, int kHeadDim>

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "../../common/check_cuda.hpp"
+#include "../../ptx/griddepcontrol.cuh"
 #include "fp8_fragments.cuh"
 #include "fp8_layout.hpp"
 
@@ -18,49 +19,68 @@ struct VTransposeParams {
   int keys, keys16, head_dim, padded_head_dim, kv_heads, batch_heads;
 };
 
-// One block: 128 keys (a tile) x 32 head-dim rows of one (batch, kv head) at a time (blockIdx.z,
-// then every gridDim.z-th: the grid's z extent stops at 65535); 256 threads.
-// Load: V's 128 rows x 32 bytes, one 16-byte load a thread, into shared memory (rows 36 bytes
-// apart: at most 2-way bank conflicts below). Transpose: thread (c, l) takes the four keys of
-// positions 4l .. 4l + 3 (16G + 2t + {0, 1, 8, 9}: key_at_position) at head-dim columns
-// 4c .. 4c + 3, turns the 4 x 4 bytes around with byte permutes (transpose_4x4_bytes) and
-// writes one 4-byte word to each of the four Vt rows: a warp writes 128 contiguous bytes a row.
-constexpr int kVtTileKeys = 128, kVtTileRows = 32, kVtThreads = 256, kVtTileStride = kVtTileRows + 4;
+// One block: 128 keys (a tile) x 64 head-dim rows of one (batch, kv head) at a time (blockIdx.z,
+// then every gridDim.z-th: the grid's z extent stops at 65535); 128 threads.
+// Load: V's 128 rows x 64 bytes, four 16-byte loads a thread, all issued before the first is
+// used (the pass is bound by the bytes in flight: with one 16-byte load a thread it moved about
+// 2.9 TB/s on an H200, perf-notes session 25), into shared memory (rows 68 bytes apart).
+// Transpose: thread (w, l) of warp w takes the four keys of positions 4l .. 4l + 3 (16G + 2t +
+// {0, 1, 8, 9}: key_at_position) at head-dim columns 4c .. 4c + 3 for c = w, w + 4, w + 8,
+// w + 12, turns each 4 x 4 bytes around with byte permutes (transpose_4x4_bytes) and writes one
+// 4-byte word to each of the four Vt rows: a warp writes 128 contiguous bytes a row.
+constexpr int kVtTileKeys = 128, kVtTileRows = 64, kVtThreads = 128, kVtTileStride = kVtTileRows + 4;
+constexpr int kVtChunksPerKey = kVtTileRows / 16;                              // 16-byte chunks
+constexpr int kVtLoadsPerThread = kVtTileKeys * kVtChunksPerKey / kVtThreads;  // 4
+constexpr int kVtWarps = kVtThreads / 32;
 
 __global__ void __launch_bounds__(kVtThreads) fp8_v_transpose_kernel(const VTransposeParams p) {
   __shared__ __align__(16) unsigned char tile[kVtTileKeys * kVtTileStride];
+  // The FP8 forward, launched dependent on this pass, may be scheduled now: it waits for the
+  // whole pass (griddepcontrol.wait) before its first Vt copy.
+  allow_dependent_launch();
   const int key0 = blockIdx.x * kVtTileKeys;
   const int d0 = blockIdx.y * kVtTileRows;
-  const int lane = threadIdx.x % 32, c = threadIdx.x / 32;  // positions 4 lane.., columns 4c..
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int bh = blockIdx.z; bh < p.batch_heads; bh += gridDim.z) {  // b * kv_heads + h
     const int b = bh / p.kv_heads, h = bh % p.kv_heads;
     const unsigned char* v = p.v + b * p.v_batch_stride + h * p.v_head_stride;
     __syncthreads();  // the previous (batch, head)'s transposition has read the tile
     {
-      const int k = threadIdx.x / 2, half = threadIdx.x % 2;
-      const int key = key0 + k, d = d0 + 16 * half;
+      const int chunk = threadIdx.x % kVtChunksPerKey, d = d0 + 16 * chunk;
+      uint4 x[kVtLoadsPerThread];
       // D is a multiple of 16 (the CUDA FP8 path's rule) and rows are 16-byte aligned (the copy
       // engine's rule, checked on V's map): a 16-byte group is wholly inside or outside [0, D).
-      uint4 x = make_uint4(0, 0, 0, 0);
-      if (key < p.keys && d < p.head_dim) x = *reinterpret_cast<const uint4*>(v + key * p.v_row_stride + d);
-      auto* row = reinterpret_cast<std::uint32_t*>(tile + k * kVtTileStride + 16 * half);
-      row[0] = x.x;
-      row[1] = x.y;
-      row[2] = x.z;
-      row[3] = x.w;
+#pragma unroll
+      for (int i = 0; i < kVtLoadsPerThread; ++i) {
+        const int key = key0 + threadIdx.x / kVtChunksPerKey + i * (kVtThreads / kVtChunksPerKey);
+        x[i] = make_uint4(0, 0, 0, 0);
+        if (key < p.keys && d < p.head_dim) x[i] = *reinterpret_cast<const uint4*>(v + key * p.v_row_stride + d);
+      }
+#pragma unroll
+      for (int i = 0; i < kVtLoadsPerThread; ++i) {
+        const int k = threadIdx.x / kVtChunksPerKey + i * (kVtThreads / kVtChunksPerKey);
+        auto* row = reinterpret_cast<std::uint32_t*>(tile + k * kVtTileStride + 16 * chunk);
+        row[0] = x[i].x;
+        row[1] = x[i].y;
+        row[2] = x[i].z;
+        row[3] = x[i].w;
+      }
     }
     __syncthreads();
     const int pos = 4 * lane;
     if (key0 + pos < p.keys16) {  // else past the last 16-key group: no such position
-      std::uint32_t w[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        w[e] = *reinterpret_cast<const std::uint32_t*>(tile + key_at_position(pos + e) * kVtTileStride + 4 * c);
+      for (int c = warp; c < kVtTileRows / 4; c += kVtWarps) {
+        std::uint32_t w[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          w[e] = *reinterpret_cast<const std::uint32_t*>(tile + key_at_position(pos + e) * kVtTileStride + 4 * c);
+        }
+        transpose_4x4_bytes(w);  // w[e]: column 4c + e, the four keys in position order
+        unsigned char* vt = p.vt + (static_cast<std::int64_t>(bh) * p.padded_head_dim + d0 + 4 * c) * p.keys16 + key0 + pos;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) *reinterpret_cast<std::uint32_t*>(vt + static_cast<std::int64_t>(e) * p.keys16) = w[e];
       }
-      transpose_4x4_bytes(w);  // w[e]: column 4c + e, the four keys in position order
-      unsigned char* vt = p.vt + (static_cast<std::int64_t>(bh) * p.padded_head_dim + d0 + 4 * c) * p.keys16 + key0 + pos;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) *reinterpret_cast<std::uint32_t*>(vt + static_cast<std::int64_t>(e) * p.keys16) = w[e];
     }
   }
 }
