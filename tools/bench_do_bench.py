@@ -6,7 +6,7 @@ for both. flashpp is called through its C API (libflashpp.so, ctypes, views buil
 
   python3 tools/bench_do_bench.py --lib build-gpu/libflashpp.so [--dims 64,128] [--seqlens 4096,16384]
       [--dtypes fp16,bf16] [--fwd-only] [--peers flash,cudnn] [--alt sm80=env:FLASHPP_CUDA_FAMILY=sm80]
-      [--dropout 0.1 --alt p0=opt:dropout_p=0]
+      [--dropout 0.1 --alt p0=opt:dropout_p=0] [--alt base=other/libflashpp.so[+env:VAR=VALUE]]
       [--shape B,Hq,Hkv,Nq,Nk,D]...
 
 B=4, Hq=32 (B=2 at N=16384, as the Hopper issues state); --shape adds other problems (GQA, Nq != Nk).
@@ -22,7 +22,7 @@ import triton.testing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_compare  # noqa: E402
-from gpu_compare import Flashpp, base_library, wrapped  # noqa: E402
+from gpu_compare import Flashpp, alternatives, base_library  # noqa: E402
 
 PEERS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
          "efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -91,17 +91,15 @@ def main():
     ap.add_argument("--peers", default="flash,cudnn")
     ap.add_argument("--fwd-only", action="store_true")
     ap.add_argument("--bwd-only", action="store_true")
-    ap.add_argument("--alt", action="append", default=[], metavar="NAME=env:VAR=VALUE|opt:FIELD=VALUE")
+    ap.add_argument("--alt", action="append", default=[],
+                    metavar="NAME=env:VAR=VALUE|opt:FIELD=VALUE|PATH[+env:...|+opt:...]")
     ap.add_argument("--dropout", type=float, default=0.0, help="for ours and the peers")
     ap.add_argument("--shape", action="append", default=[], metavar="B,Hq,Hkv,Nq,Nk,D")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     gpu_compare.DROPOUT = args.dropout
     fp = Flashpp(args.lib)
-    libs = {"ours": fp}
-    for spec in args.alt:
-        name, settings = spec.split("=", 1)
-        libs[name] = wrapped(fp, settings)
+    libs = {"ours": fp, **alternatives(fp, args.alt)}
     peers = [p for p in args.peers.split(",") if p in PEERS]
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
     problems = []

@@ -178,6 +178,23 @@ def wrapped(fp, spec):
     return lib
 
 
+def alternatives(fp, specs):
+    """{name: library} of --alt specs NAME=env:...|opt:... (fp with settings), NAME=PATH (another
+    build) or NAME=PATH+env:...+opt:... (another build with settings)."""
+    alts = {}
+    for spec in specs:
+        name, path = spec.split("=", 1)
+        if path.startswith(("env:", "opt:")):
+            alts[name] = wrapped(fp, path)
+            continue
+        path, _, settings = path.partition("+")
+        # A private copy: the dynamic loader would otherwise hand back the already-loaded library.
+        copy = os.path.join(tempfile.mkdtemp(), f"libflashpp_{name}.so")
+        shutil.copy(path, copy)
+        alts[name] = wrapped(Flashpp(copy), settings) if settings else Flashpp(copy)
+    return alts
+
+
 def base_library(lib):
     while hasattr(lib, "fp"):
         lib = lib.fp
@@ -382,18 +399,7 @@ def main():
     ROUNDS, SYNCED, DROPOUT = args.rounds, args.synced, args.dropout
     PEERS = [p for p in PEERS if p[0] in args.peers.split(",")]
     fp = Flashpp(args.lib)
-    alts = {}
-    for spec in args.alt:
-        name, path = spec.split("=", 1)
-        if path.startswith(("env:", "opt:")):
-            alts[name] = wrapped(fp, path)
-            continue
-        # PATH, or PATH+env:...+opt:... (another build with settings).
-        path, _, settings = path.partition("+")
-        # A private copy: the dynamic loader would otherwise hand back the already-loaded library.
-        copy = os.path.join(tempfile.mkdtemp(), f"libflashpp_{name}.so")
-        shutil.copy(path, copy)
-        alts[name] = wrapped(Flashpp(copy), settings) if settings else Flashpp(copy)
+    alts = alternatives(fp, args.alt)
     log(f"flashpp kernels: {fp.kernel_families()}")
     B, H = 4, 32
     seqlens = [int(s) for s in args.seqlens.split(",")] if args.seqlens else \

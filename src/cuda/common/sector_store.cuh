@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "math.cuh"
+
 namespace flashpp::cuda {
 
 // The first column of a tile pair that lane t stores, relative to the pair's first column.
@@ -31,6 +33,25 @@ __device__ __forceinline__ void store_tile_pair(void* at, std::uint32_t even, st
   const std::uint32_t other = __shfl_xor_sync(0xffffffffu, odd_lane ? even : odd, 1);
   if (store) {
     *static_cast<uint2*>(at) = odd_lane ? make_uint2(other, odd) : make_uint2(even, other);
+  }
+}
+
+// One row of this lane's accumulator tiles acc[0 .. kTiles) (8 columns each; `half` 0 or 1: the
+// lane's row g or g + 8 of them), times `scale`, as Element, to `row` (the row's first column
+// plus sector_store_column(t)), in whole sectors. Tile n is written when `row_in` and n <
+// `col_tiles` (the tiles below the true head dim). Every lane of the warp calls it.
+template <typename Element, int kTiles>
+__device__ __forceinline__ void store_accumulator_row(Element* row, const float (&acc)[kTiles][4],
+                                                      int half, float scale, int col_tiles,
+                                                      bool row_in, int t) {
+  static_assert(kTiles % 2 == 0, "pairs of 8-column tiles");
+#pragma unroll
+  for (int a = 0; a < kTiles / 2; ++a) {
+    const float (&even)[4] = acc[2 * a], (&odd)[4] = acc[2 * a + 1];
+    store_tile_pair(row + 16 * a,
+                    pack_pair<Element>(even[2 * half] * scale, even[2 * half + 1] * scale),
+                    pack_pair<Element>(odd[2 * half] * scale, odd[2 * half + 1] * scale), t,
+                    row_in && sector_store_tile(a, t) < col_tiles);
   }
 }
 

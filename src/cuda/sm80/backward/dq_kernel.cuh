@@ -146,7 +146,6 @@ __device__ __forceinline__ void write_dq(const float (&dq_acc)[Shape::kHeadDim /
                                          std::int64_t head, std::int64_t i0, int row0,
                                          int head_dim, int g, int t) {
   using Element = typename Shape::Element;
-  static_assert(Shape::kHeadDim % 16 == 0, "pairs of 8-column tiles");
   auto* dq = static_cast<Element*>(p.dq) + batch * p.dq_strides.batch + head * p.dq_strides.head +
              sector_store_column(t);
 #pragma unroll
@@ -154,14 +153,7 @@ __device__ __forceinline__ void write_dq(const float (&dq_acc)[Shape::kHeadDim /
     const std::int64_t i = i0 + row0 + g + 8 * half;
     const bool row_in = i < p.q_len;
     Element* dq_row = dq + (row_in ? i * p.dq_strides.row : 0);
-#pragma unroll
-    for (int a = 0; a < Shape::kHeadDim / 16; ++a) {
-      const bool store = row_in && 8 * sector_store_tile(a, t) < head_dim;
-      const float (&d0)[4] = dq_acc[2 * a], (&d1)[4] = dq_acc[2 * a + 1];
-      store_tile_pair(dq_row + 16 * a,
-                      pack_pair<Element>(d0[2 * half] * p.scale, d0[2 * half + 1] * p.scale),
-                      pack_pair<Element>(d1[2 * half] * p.scale, d1[2 * half + 1] * p.scale), t, store);
-    }
+    store_accumulator_row(dq_row, dq_acc, half, p.scale, head_dim / 8, row_in, t);
   }
 }
 

@@ -511,6 +511,7 @@ __device__ __forceinline__ void write_dk_dv(const GradAccumulator<Shape>& dv_acc
   // Whole units store, in whole 32-byte sectors (common/sector_store.cuh); head_dim is a
   // multiple of 8, so an 8-column tile is stored whole or not at all.
   const int col = grad_col0 + sector_store_column(t);
+  const int col_tiles = (head_dim - grad_col0) / 8;  // this warp's tiles below head_dim
 #pragma unroll
   for (int mt = 0; mt < Shape::kKeyTiles; ++mt) {
 #pragma unroll
@@ -519,17 +520,8 @@ __device__ __forceinline__ void write_dk_dv(const GradAccumulator<Shape>& dv_acc
       const bool row_in = j < p.k_len;
       Element* dk_row = dk + (row_in ? j * p.dk_strides.row : 0) + col;
       Element* dv_row = dv + (row_in ? j * p.dv_strides.row : 0) + col;
-#pragma unroll
-      for (int a = 0; a < Shape::kGradCols / 16; ++a) {
-        const bool store = row_in && grad_col0 + 8 * sector_store_tile(a, t) < head_dim;
-        const float (&v0)[4] = dv_acc[mt][2 * a], (&v1)[4] = dv_acc[mt][2 * a + 1];
-        const float (&k0)[4] = dk_acc[mt][2 * a], (&k1)[4] = dk_acc[mt][2 * a + 1];
-        store_tile_pair(dv_row + 16 * a, pack_pair<Element>(v0[2 * half], v0[2 * half + 1]),
-                        pack_pair<Element>(v1[2 * half], v1[2 * half + 1]), t, store);
-        store_tile_pair(dk_row + 16 * a,
-                        pack_pair<Element>(k0[2 * half] * p.scale, k0[2 * half + 1] * p.scale),
-                        pack_pair<Element>(k1[2 * half] * p.scale, k1[2 * half + 1] * p.scale), t, store);
-      }
+      store_accumulator_row(dv_row, dv_acc[mt], half, 1.0f, col_tiles, row_in, t);
+      store_accumulator_row(dk_row, dk_acc[mt], half, p.scale, col_tiles, row_in, t);
     }
   }
 }

@@ -672,7 +672,6 @@ __device__ __forceinline__ void store_key_gradients(const float (&dk)[Traits::kD
                                                     const BackwardParams& p, const BackwardTile& tile,
                                                     std::int64_t key0, int g, int t) {
   using Element = typename Traits::Element;
-  static_assert(Traits::kDTiles % 2 == 0, "pairs of 8-column tiles");
   const int col_tiles = p.head_dim / 8;
   const int col = sector_store_column(t);
   Element* dk_out = static_cast<Element*>(p.dk) + tile.b * p.dk_strides.batch +
@@ -685,17 +684,8 @@ __device__ __forceinline__ void store_key_gradients(const float (&dk)[Traits::kD
     const bool row_in = j < p.k_len;
     Element* dk_row = dk_out + (row_in ? j * p.dk_strides.row : 0);
     Element* dv_row = dv_out + (row_in ? j * p.dv_strides.row : 0);
-#pragma unroll
-    for (int a = 0; a < Traits::kDTiles / 2; ++a) {
-      const bool store = row_in && sector_store_tile(a, t) < col_tiles;
-      const float (&k0)[4] = dk[2 * a], (&k1)[4] = dk[2 * a + 1];
-      const float (&v0)[4] = dv[2 * a], (&v1)[4] = dv[2 * a + 1];
-      store_tile_pair(dk_row + 16 * a,
-                      pack_pair<Element>(k0[2 * half] * p.scale, k0[2 * half + 1] * p.scale),
-                      pack_pair<Element>(k1[2 * half] * p.scale, k1[2 * half + 1] * p.scale), t, store);
-      store_tile_pair(dv_row + 16 * a, pack_pair<Element>(v0[2 * half], v0[2 * half + 1]),
-                      pack_pair<Element>(v1[2 * half], v1[2 * half + 1]), t, store);
-    }
+    store_accumulator_row(dk_row, dk, half, p.scale, col_tiles, row_in, t);
+    store_accumulator_row(dv_row, dv, half, 1.0f, col_tiles, row_in, t);
   }
 }
 

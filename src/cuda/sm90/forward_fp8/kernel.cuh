@@ -435,13 +435,7 @@ __device__ __forceinline__ void write_output_fp8(const float (&o)[1][Traits::kDT
     // In whole 32-byte sectors (common/sector_store.cuh); every lane takes part (shuffles).
     const bool row_in = i < p.q_len;
     Out* row = o_base + (row_in ? i * p.o_strides.row : 0) + sector_store_column(t);
-#pragma unroll
-    for (int a = 0; a < Traits::kDTiles / 2; ++a) {
-      const float (&o0)[4] = o[0][2 * a], (&o1)[4] = o[0][2 * a + 1];
-      const bool store = row_in && 8 * sector_store_tile(a, t) < p.head_dim;
-      store_tile_pair(row + 16 * a, pack_pair<Out>(o0[2 * half] * factor, o0[2 * half + 1] * factor),
-                      pack_pair<Out>(o1[2 * half] * factor, o1[2 * half + 1] * factor), t, store);
-    }
+    store_accumulator_row(row, o[0], half, factor, p.head_dim / 8, row_in, t);
     if (row_in && p.lse != nullptr && t == 0) {
       const float lse = empty_row ? -INFINITY
                                   : row_max[0][half] * scale_qk + logf(sum) - kPOffsetLog2 * kLn2;

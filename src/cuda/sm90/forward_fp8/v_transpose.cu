@@ -19,18 +19,30 @@ struct VTransposeParams {
   int keys, keys16, head_dim, padded_head_dim, kv_heads, batch_heads;
 };
 
-// One block: 128 keys (a tile) x 64 head-dim rows of one (batch, kv head) at a time (blockIdx.z,
-// then every gridDim.z-th: the grid's z extent stops at 65535); 128 threads.
-// Load: V's 128 rows x 64 bytes, four 16-byte loads a thread, all issued before the first is
-// used (the pass is bound by the bytes in flight: with one 16-byte load a thread it moved about
-// 2.9 TB/s on an H200, perf-notes session 25), into shared memory (rows 68 bytes apart).
+// One block: 128 keys (a tile) x kVtTileRows head-dim rows (128; fewer for a 64-column Vt) of one
+// (batch, kv head) at a time (blockIdx.z, then every gridDim.z-th: the grid's z extent stops at
+// 65535); kVtThreads (256) threads.
+// Load: V's 128 rows x kVtTileRows bytes, four 16-byte loads a thread, all issued before the first
+// is used (the pass is bound by the bytes in flight: with one 16-byte load a thread it moved
+// 2.9 TB/s on an H200, 3.7 TB/s this way; perf-notes session 25), into shared memory (rows
+// kVtTileRows + 4 bytes apart).
 // Transpose: thread (w, l) of warp w takes the four keys of positions 4l .. 4l + 3 (16G + 2t +
-// {0, 1, 8, 9}: key_at_position) at head-dim columns 4c .. 4c + 3 for c = w, w + 4, w + 8,
-// w + 12, turns each 4 x 4 bytes around with byte permutes (transpose_4x4_bytes) and writes one
-// 4-byte word to each of the four Vt rows: a warp writes 128 contiguous bytes a row.
-constexpr int kVtTileKeys = 128, kVtTileRows = 64, kVtThreads = 128, kVtTileStride = kVtTileRows + 4;
+// {0, 1, 8, 9}: key_at_position) at head-dim columns 4c .. 4c + 3 for c = w, w + kVtWarps, ...,
+// turns each 4 x 4 bytes around with byte permutes (transpose_4x4_bytes) and writes one 4-byte
+// word to each of the four Vt rows: a warp writes 128 contiguous bytes a row.
+// FLASHPP_FP8_VT_TILE_ROWS (64 or 128) and FLASHPP_FP8_VT_THREADS (128 or 256): compile
+// definitions for A/B runs of the block's shape (loads a thread = 8 x rows / threads; session 25
+// run 4, ncu, H200, 32 MB of V: 64 x 128 18.8-19.2 us, 128 x 128 17.8-18.3, 128 x 256 17.2-17.6).
+#ifndef FLASHPP_FP8_VT_TILE_ROWS
+#define FLASHPP_FP8_VT_TILE_ROWS 128
+#endif
+#ifndef FLASHPP_FP8_VT_THREADS
+#define FLASHPP_FP8_VT_THREADS 256
+#endif
+constexpr int kVtTileKeys = 128, kVtTileRows = FLASHPP_FP8_VT_TILE_ROWS;
+constexpr int kVtThreads = FLASHPP_FP8_VT_THREADS, kVtTileStride = kVtTileRows + 4;
 constexpr int kVtChunksPerKey = kVtTileRows / 16;                              // 16-byte chunks
-constexpr int kVtLoadsPerThread = kVtTileKeys * kVtChunksPerKey / kVtThreads;  // 4
+constexpr int kVtLoadsPerThread = kVtTileKeys * kVtChunksPerKey / kVtThreads;  // 4 by default
 constexpr int kVtWarps = kVtThreads / 32;
 
 __global__ void __launch_bounds__(kVtThreads) fp8_v_transpose_kernel(const VTransposeParams p) {
@@ -71,6 +83,7 @@ __global__ void __launch_bounds__(kVtThreads) fp8_v_transpose_kernel(const VTran
     if (key0 + pos < p.keys16) {  // else past the last 16-key group: no such position
 #pragma unroll
       for (int c = warp; c < kVtTileRows / 4; c += kVtWarps) {
+        if (d0 + 4 * c >= p.padded_head_dim) break;  // a 128-row tile of a 64-column Vt
         std::uint32_t w[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -103,7 +116,7 @@ void transpose_v(const detail::ForwardArgs& args, int padded_head_dim, unsigned 
   t.kv_heads = static_cast<int>(pr.Hkv);
   t.batch_heads = static_cast<int>(pr.B * pr.Hkv);
   const dim3 grid(static_cast<unsigned>((t.keys16 + kVtTileKeys - 1) / kVtTileKeys),
-                  static_cast<unsigned>(padded_head_dim / kVtTileRows),
+                  static_cast<unsigned>((padded_head_dim + kVtTileRows - 1) / kVtTileRows),
                   static_cast<unsigned>(std::min(t.batch_heads, 65535)));
   fp8_v_transpose_kernel<<<grid, kVtThreads, 0, stream>>>(t);
   check_cuda(cudaGetLastError(), "sm90 FP8 V transposition launch");
