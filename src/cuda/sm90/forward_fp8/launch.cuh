@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "../../../api/problem.hpp"
 #include "../../common/check_cuda.hpp"
@@ -27,14 +28,18 @@ namespace flashpp::cuda::sm90::fp8 {
 #ifndef FLASHPP_FP8_STAGES
 #define FLASHPP_FP8_STAGES 3
 #endif
-// Keys per tile: 128; FLASHPP_FP8_D128_KEYS=192 or 64 (a compile definition) gives D = 128 with
-// the pass 192- or 64-key tiles (192 measured about equal, -1..+6%: docs/perf-notes.md, session
-// 17 run 4).
+// Keys per tile: 128, but 192 at D = 128 with the pass and without a mask (session 25 run 5, H200,
+// persistent grid: +2..+3% at N=4096, +12..+14% at 16384; under a causal mask -5% at 4096, where
+// the diagonal tiles and each item's first tile weigh more; on one block per item in session 17
+// about equal). FLASHPP_FP8_D128_KEYS=64, 128 or 192 (a compile definition) gives every D = 128
+// call with the pass that tile instead (A/B runs).
 #ifndef FLASHPP_FP8_D128_KEYS
-#define FLASHPP_FP8_D128_KEYS 128
+#define FLASHPP_FP8_D128_KEYS 0
 #endif
-template <int kHeadDim, bool kVtPass>
-inline constexpr int kFp8BlockN = kVtPass && kHeadDim == 128 ? FLASHPP_FP8_D128_KEYS : 128;
+template <int kHeadDim, bool kVtPass, bool kMasked>
+inline constexpr int kFp8BlockN = !kVtPass || kHeadDim != 128 ? 128
+                                  : FLASHPP_FP8_D128_KEYS != 0 ? FLASHPP_FP8_D128_KEYS
+                                  : kMasked ? 128 : 192;
 
 #ifndef FLASHPP_FP8_CONSUMERS
 #define FLASHPP_FP8_CONSUMERS 2
@@ -52,7 +57,8 @@ inline constexpr int kFp8Stages = kHeadDim < 256 ? (kFp8Compact<kVtPass> ? FLASH
 // the pass before the kernel (v_transpose.cu) into the workspace, rather than in the kernel.
 bool fp8_v_transpose_pass();
 
-template <typename Traits>
+// kMasked: the kernel serves calls under a mask (the snake walk is instantiated for those only).
+template <typename Traits, bool kMasked>
 void launch_fp8_kernel(const ForwardParams& params, const detail::ForwardArgs& args,
                        cudaStream_t stream) {
   const detail::Problem& pr = args.problem;
@@ -106,7 +112,7 @@ void launch_fp8_kernel(const ForwardParams& params, const detail::ForwardArgs& a
   const bool dependent = Traits::kVtPass && pr.Nk > 0 && env_switch("FLASHPP_FP8_DEPENDENT_LAUNCH") != 0;
   const char* what = "sm90 FP8 forward kernel launch";
   if (choice.walk == WalkKind::snake) {
-    if constexpr (Traits::kVtPass) {
+    if constexpr (Traits::kVtPass && kMasked) {
       launch_query_tiles(flash_fwd_fp8_sm90_kernel<Traits, WalkKind::snake>, Traits::kThreads,
                          Traits::kSmemBytes, Traits::kBlockM, p, batch_heads, stream, what,
                          choice.grid, dependent);
@@ -125,13 +131,22 @@ void launch_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& 
 template <typename Out, int kHeadDim>
 void launch_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& args,
                         cudaStream_t stream) {
-  if (fp8_v_transpose_pass()) {
-    launch_fp8_kernel<Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim, true>, true,
-                                       kFp8BlockN<kHeadDim, true>, kFp8Consumers<kHeadDim, true>>>(
+  if (!fp8_v_transpose_pass()) {
+    launch_fp8_kernel<Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim, false>, false>, true>(
         params, args, stream);
-  } else {
-    launch_fp8_kernel<Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim, false>, false>>(params, args, stream);
+    return;
   }
+  using Masked = Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim, true>, true,
+                                  kFp8BlockN<kHeadDim, true, true>, kFp8Consumers<kHeadDim, true>>;
+  using Unmasked = Fp8ForwardTraits<Out, kHeadDim, kFp8Stages<kHeadDim, true>, true,
+                                    kFp8BlockN<kHeadDim, true, false>, kFp8Consumers<kHeadDim, true>>;
+  if constexpr (!std::is_same_v<Masked, Unmasked>) {
+    if (!params.mask.active()) {
+      launch_fp8_kernel<Unmasked, false>(params, args, stream);
+      return;
+    }
+  }
+  launch_fp8_kernel<Masked, true>(params, args, stream);
 }
 
 }  // namespace flashpp::cuda::sm90::fp8
