@@ -375,6 +375,25 @@ __device__ __forceinline__ void wait_buffer_empty(std::uint64_t* empty, int stag
   if (j >= stages) mbarrier_wait(empty, static_cast<std::uint32_t>(j / stages - 1) & 1u);
 }
 
+// The producer's turn at the Q tile for item `items_done` (this kernel's and the FP8 forward's):
+// once the consumers have released the previous item's Q tile (and, kHandOff, read its handoff),
+// hands the item over; false for an item without key tiles, whose q_full completes with a plain
+// arrival instead of the copy.
+template <bool kHandOff, typename Storage>
+__device__ __forceinline__ bool claim_q_slot(const Storage& smem, const ForwardTile& tile,
+                                             int items_done, int num_tiles) {
+  if (items_done > 0) mbarrier_wait(smem.q_empty(), static_cast<std::uint32_t>(items_done - 1) & 1u);
+  if constexpr (kHandOff) {
+    if (items_done > 0) mbarrier_wait(smem.handoff_empty(), static_cast<std::uint32_t>(items_done - 1) & 1u);
+    hand_off(smem.handoff(), tile);
+  }
+  if (num_tiles == 0) {
+    ptx::mbarrier_arrive(smem.q_full());
+    return false;
+  }
+  return true;
+}
+
 // The copies of one item. `items_done`: items this block finished
 // before (the Q tile's turn); `ring`: K/V tiles this block loaded before (the ring position,
 // advanced here). Every item completes q_full once (an item without keys with a plain arrival),
@@ -388,15 +407,7 @@ __device__ __forceinline__ void load_item(const Sm90ForwardParams& params,
   const int b = static_cast<int>(tile.b);
   const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
   auto load_q = [&] {
-    if (items_done > 0) mbarrier_wait(smem.q_empty(), static_cast<std::uint32_t>(items_done - 1) & 1u);
-    if constexpr (kHandOff) {
-      if (items_done > 0) mbarrier_wait(smem.handoff_empty(), static_cast<std::uint32_t>(items_done - 1) & 1u);
-      hand_off(smem.handoff(), tile);
-    }
-    if (num_tiles == 0) {
-      ptx::mbarrier_arrive(smem.q_full());
-      return;
-    }
+    if (!claim_q_slot<kHandOff>(smem, tile, items_done, num_tiles)) return;
     mbarrier_expect_bytes(smem.q_full(), Traits::QTile::kBytes);
 #pragma unroll
     for (int panel = 0; panel < Traits::kPanels; ++panel) {

@@ -174,15 +174,7 @@ __device__ __forceinline__ void load_item_fp8(const Sm90ForwardParams& params,
   const int b = static_cast<int>(tile.b);
   const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
   auto load_q = [&] {
-    if (items_done > 0) mbarrier_wait(smem.q_empty(), static_cast<std::uint32_t>(items_done - 1) & 1u);
-    if constexpr (kHandOff) {
-      if (items_done > 0) mbarrier_wait(smem.handoff_empty(), static_cast<std::uint32_t>(items_done - 1) & 1u);
-      hand_off(smem.handoff(), tile);
-    }
-    if (num_tiles == 0) {
-      ptx::mbarrier_arrive(smem.q_full());
-      return;
-    }
+    if (!claim_q_slot<kHandOff>(smem, tile, items_done, num_tiles)) return;
     mbarrier_expect_bytes(smem.q_full(), Traits::kQBytes);
 #pragma unroll
     for (int panel = 0; panel < Traits::kPanels; ++panel) {
