@@ -19,7 +19,8 @@
 //         wait for S(j); softcap, mask, online softmax, dropout decisions on S(j) -> P(j) (float)
 //         wait for the P V product; release buffer j-1; rescale O; P(j) -> 16-bit A fragments
 //     and at the end O / row sum and lse (common/forward_steps.cuh, shared with the sm80 family),
-//     staged through shared memory: a buffer of its own where it fits, else the Q tile.
+//     staged through shared memory (a buffer of its own where it fits) or, at D=256, stored
+//     straight from the accumulators in whole sectors (store_output_rows, kDirectOutput).
 // Key tiles are visited from the last one down, so the tiles that need an element mask under a
 // causal mask (the diagonal ones) come first; tiles the mask hides entirely are never loaded.
 // Rows and columns outside the tensors arrive as zeros from the copy engine.
@@ -42,6 +43,7 @@
 #include "../../ptx/warpgroup.cuh"
 #include "../../ptx/wgmma.cuh"
 #include "../../common/poison.cuh"
+#include "../../common/sector_store.cuh"
 #include "trace.cuh"
 
 namespace flashpp::cuda::sm90 {
@@ -72,6 +74,10 @@ struct Sm90ForwardParams {
   } while (0)
 #else
 #define FLASHPP_FWD_STAMP(item, role, event, value) ((void)sizeof((item) + (role)))
+#endif
+
+#ifndef FLASHPP_SM90_FWD_DIRECT_O
+#define FLASHPP_SM90_FWD_DIRECT_O -1
 #endif
 
 template <typename Element_, int kHeadDim_, typename Config>
@@ -106,6 +112,15 @@ struct Sm90ForwardTraits {
   static constexpr int kHandoffBytes = 64;  // ItemHandoff, after the barriers
   static constexpr bool kSeparateOutput = 2 * QTile::kBytes + 2 * kStages * KVTile::kBytes +
                                               8 * kBarriers + kHandoffBytes <= kMaxSmemBytes;
+  // O written from the accumulators (store_output_rows) rather than staged through shared
+  // memory (write_output): then the Q tile is free as soon as the item's last S has completed,
+  // also where O has no buffer of its own (D=256). At D=256 only (session 25 run 7, H200, bf16,
+  // N=8192: +1.7..+2.3%, with dropout +2.4..+5%); at D=128 it lost (N=16384 -2..-5%, with
+  // dropout -17%), D 64/96/192 within -2..+2%. FLASHPP_SM90_FWD_DIRECT_O=0 / =1 (a compile
+  // definition) forces it off / on for every head dim.
+  static constexpr bool kDirectOutput =
+      FLASHPP_SM90_FWD_DIRECT_O < 0 ? kHeadDim >= 256 : FLASHPP_SM90_FWD_DIRECT_O != 0;
+  static constexpr bool kQFreeAfterScores = kDirectOutput || kSeparateOutput;
   static constexpr int kTileBytes = (kSeparateOutput ? 2 : 1) * QTile::kBytes;
   static constexpr int kSmemBytes =
       kTileBytes + 2 * kStages * KVTile::kBytes + 8 * kBarriers + kHandoffBytes;
@@ -479,6 +494,36 @@ __device__ __forceinline__ void consumer_walk(const Sm90ForwardParams& params, c
 // Consumer: the FlashAttention loop of one warpgroup
 // ---------------------------------------------------------------------------------------------
 
+// The epilogue from the accumulators (this kernel's and the FP8 forward's): this warp's 16 rows
+// from row0 of (batch b, head h), O * out_scale / row sum as Out, straight from the accumulator
+// layout in whole 32-byte sectors (common/sector_store.cuh; rows < Nq, columns < D, a multiple of
+// 8), and lse = max * lse_scale + ln(sum) + lse_shift (-inf, and O = 0, for a row that saw no
+// key). Every lane takes part (shuffles).
+template <typename Out, int kDTiles>
+__device__ __forceinline__ void store_output_rows(const float (&o)[kDTiles][4],
+                                                  const float (&row_max)[2],
+                                                  const float (&row_sum)[2], const ForwardParams& p,
+                                                  std::int64_t b, std::int64_t h, std::int64_t row0,
+                                                  float out_scale, float lse_scale, float lse_shift,
+                                                  int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  Out* o_base = static_cast<Out*>(p.o) + b * p.o_strides.batch + h * p.o_strides.head;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t i = row0 + g + 8 * half;
+    const float sum = quad_sum(row_sum[half]);
+    const bool empty_row = !(sum > 0.0f);
+    const float factor = empty_row ? 0.0f : out_scale / sum;
+    const bool row_in = i < p.q_len;
+    Out* row = o_base + (row_in ? i * p.o_strides.row : 0) + sector_store_column(t);
+    store_accumulator_row(row, o, half, factor, p.head_dim / 8, row_in, t);
+    if (row_in && p.lse != nullptr && t == 0) {
+      const float lse = empty_row ? -INFINITY : row_max[half] * lse_scale + logf(sum) + lse_shift;
+      p.lse[b * p.lse_stride_batch + h * p.lse_stride_head + i * p.lse_stride_row] = lse;
+    }
+  }
+}
+
 // S = Q(this warpgroup's 64 rows) K(stage)^T over the head dim: kHeadDim/16 wgmma, one group.
 template <typename Traits>
 __device__ __forceinline__ void issue_scores(float (&s)[Traits::kNTiles][4],
@@ -573,7 +618,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     mbarrier_wait(smem.q_full(), static_cast<std::uint32_t>(items_done) & 1u);
     FLASHPP_FWD_STAMP(items_done, role, q_ready, clock64());
   }
-  if (num_tiles == 0 && Traits::kSeparateOutput) release_buffer(smem.q_empty(), lane);
+  if (num_tiles == 0 && Traits::kQFreeAfterScores) release_buffer(smem.q_empty(), lane);
   if (num_tiles > 0) {
     const auto bh32 = static_cast<std::uint32_t>(tile.bh);
     constexpr bool kSoftcap = kExtras == ScoreExtras::softcap_dropout;
@@ -658,7 +703,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     // Every S = Q K^T of this item has completed (waited above): Q may take the next item's
     // tile while the last P V runs, where O does not stage through it.
     FLASHPP_FWD_STAMP(items_done, role, loop_done, clock64());
-    if constexpr (Traits::kSeparateOutput) release_buffer(smem.q_empty(), lane);
+    if constexpr (Traits::kQFreeAfterScores) release_buffer(smem.q_empty(), lane);
     const int last = num_tiles - 1;
     mbarrier_wait(smem.v_full(stage_of(last)), phase_of(last));
     turns.wait();
@@ -672,7 +717,11 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     ring += num_tiles;
   }
 
-  if constexpr (Traits::kSeparateOutput) {
+  if constexpr (Traits::kDirectOutput) {
+    const float keep_scale = p.dropout.threshold != 0 ? p.dropout.keep_scale : 1.0f;
+    store_output_rows<typename Traits::Element>(o[0], row_max[0], row_sum[0], p, tile.b, tile.h, row0,
+                                                keep_scale, p.scale, 0.0f, lane);
+  } else if constexpr (Traits::kSeparateOutput) {
     write_output<Traits>(o, row_max, row_sum, p, tile.b, tile.h, tile.m0, warp_row0, lane, smem.o_stage());
   } else {
     // Every warp of this warpgroup is done reading its Q rows (the last wgmma has completed in

@@ -406,36 +406,6 @@ __device__ __forceinline__ float descale_at(const float* d, const std::int64_t (
   return d == nullptr ? 1.0f : d[b * strides[0] + h_kv * strides[1]];
 }
 
-// O / row sum * v_descale -> f16/bf16, stored from the accumulator layout (rows < Nq, columns
-// < D, a multiple of 16 here); lse = max * scale_qk + ln(sum) - 8 ln 2.
-template <typename Traits>
-__device__ __forceinline__ void write_output_fp8(const float (&o)[1][Traits::kDTiles][4],
-                                                 const float (&row_max)[1][2],
-                                                 const float (&row_sum)[1][2],
-                                                 const ForwardParams& p, const ForwardTile& tile,
-                                                 std::int64_t row0, float scale_qk, float v_scale,
-                                                 int lane) {
-  using Out = typename Traits::Out;
-  const int g = lane >> 2, t = lane & 3;
-  Out* o_base = static_cast<Out*>(p.o) + tile.b * p.o_strides.batch + tile.h * p.o_strides.head;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const std::int64_t i = row0 + g + 8 * half;
-    const float sum = quad_sum(row_sum[0][half]);
-    const bool empty_row = !(sum > 0.0f);
-    const float factor = empty_row ? 0.0f : v_scale / sum;
-    // In whole 32-byte sectors (common/sector_store.cuh); every lane takes part (shuffles).
-    const bool row_in = i < p.q_len;
-    Out* row = o_base + (row_in ? i * p.o_strides.row : 0) + sector_store_column(t);
-    store_accumulator_row(row, o[0], half, factor, p.head_dim / 8, row_in, t);
-    if (row_in && p.lse != nullptr && t == 0) {
-      const float lse = empty_row ? -INFINITY
-                                  : row_max[0][half] * scale_qk + logf(sum) - kPOffsetLog2 * kLn2;
-      p.lse[tile.b * p.lse_stride_batch + tile.h * p.lse_stride_head + i * p.lse_stride_row] = lse;
-    }
-  }
-}
-
 // One item of one consumer warpgroup. kQWaited: the caller has waited for the item's Q tile (the
 // handoff); `items_done` and `ring` as for load_item_fp8 (ring advanced here); `turns`: the
 // IssueTurns of the consumer's walk.
@@ -534,7 +504,9 @@ __device__ __forceinline__ void consumer_item_fp8(const Sm90ForwardParams& param
     release_buffer(smem.vt_empty(stage_of(last)), lane);
     ring += num_tiles;
   }
-  write_output_fp8<Traits>(o, row_max, row_sum, p, tile, row0, p.scale * qk_descale, v_scale, lane);
+  // O / row sum * v_descale; lse = max * scale_qk + ln(sum) - 8 ln 2 (P carried 2^8).
+  store_output_rows<typename Traits::Out>(o[0], row_max[0], row_sum[0], p, tile.b, tile.h, row0,
+                                          v_scale, p.scale * qk_descale, -kPOffsetLog2 * kLn2, lane);
 }
 
 // kWalk: how the blocks share the items (../forward/kernel.cuh, ItemWalk): a persistent grid
