@@ -111,17 +111,18 @@ void launch_fp8_kernel(const ForwardParams& params, const detail::ForwardArgs& a
   }
   const bool dependent = Traits::kVtPass && pr.Nk > 0 && env_switch("FLASHPP_FP8_DEPENDENT_LAUNCH") != 0;
   const char* what = "sm90 FP8 forward kernel launch";
-  if (choice.walk == WalkKind::snake) {
-    if constexpr (Traits::kVtPass && kMasked) {
+  if constexpr (Traits::kVtPass && kMasked) {
+    if (choice.walk == WalkKind::snake) {
       launch_query_tiles(flash_fwd_fp8_sm90_kernel<Traits, WalkKind::snake>, Traits::kThreads,
                          Traits::kSmemBytes, Traits::kBlockM, p, batch_heads, stream, what,
                          choice.grid, dependent);
+      return;
     }
-  } else {
-    launch_query_tiles(flash_fwd_fp8_sm90_kernel<Traits, WalkKind::stride>, Traits::kThreads,
-                       Traits::kSmemBytes, Traits::kBlockM, p, batch_heads, stream, what,
-                       choice.grid, dependent);
   }
+  // (Any walk is correct on any grid: the stride walk is the one every kernel has.)
+  launch_query_tiles(flash_fwd_fp8_sm90_kernel<Traits, WalkKind::stride>, Traits::kThreads,
+                     Traits::kSmemBytes, Traits::kBlockM, p, batch_heads, stream, what,
+                     choice.grid, dependent);
 }
 
 template <typename Out, int kHeadDim>
