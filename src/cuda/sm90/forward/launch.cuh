@@ -94,6 +94,19 @@ inline WalkChoice walk_grid(bool masked, std::int64_t k_len) {
 }
 
 
+// walk_grid's choice for a kernel whose persistent blocks count the K/V tiles they have loaded in
+// 32 bits (the ring position): where all the K/V tiles of a launch could reach 2^31 (sequences of
+// about a million keys and more), one block per item instead (the gain of the persistent grid is
+// nil at such lengths anyway). The bf16/fp16 and the FP8 forward.
+inline WalkChoice ring_safe_walk(const ForwardParams& params, int block_m, int block_n,
+                                 std::int64_t batch_heads) {
+  const std::int64_t all_kv_tiles = (params.q_len + block_m - 1) / block_m *
+                                    std::min<std::int64_t>(batch_heads, 65535) *
+                                    ((params.k_len + block_n - 1) / block_n);
+  if (all_kv_tiles >= (std::int64_t{1} << 31)) return {ForwardGrid::walk_one_per_item, WalkKind::stride};
+  return walk_grid(params.mask.active(), params.k_len);
+}
+
 // Blocks of a persistent grid: as many as fit on the GPU at once, or fewer where
 // FLASHPP_SM90_FWD_MAX_BLOCKS=N (tests: small shapes whose blocks walk many items).
 inline std::int64_t persistent_blocks(std::int64_t resident) {
@@ -190,17 +203,9 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
   }
 
   const bool extras = params.softcap > 0.0f || params.dropout.threshold != 0;
-  // A persistent block counts the K/V tiles it has loaded in 32 bits (the ring position): where
-  // all the K/V tiles of a launch could reach 2^31 (sequences of about a million keys and more),
-  // one block per item instead (the gain of the persistent grid is nil at such lengths anyway).
   const std::int64_t batch_heads = args.problem.B * args.problem.Hq;
-  const std::int64_t all_kv_tiles = (params.q_len + Traits::kBlockM - 1) / Traits::kBlockM *
-                                    std::min<std::int64_t>(batch_heads, 65535) *
-                                    ((params.k_len + Traits::kBlockN - 1) / Traits::kBlockN);
   const WalkChoice one_per_item{ForwardGrid::walk_one_per_item, WalkKind::stride};
-  WalkChoice choice = all_kv_tiles < (std::int64_t{1} << 31)
-                          ? walk_grid(params.mask.active(), params.k_len)
-                          : one_per_item;
+  WalkChoice choice = ring_safe_walk(params, Traits::kBlockM, Traits::kBlockN, batch_heads);
   // Softcap and dropout calls at D=128 take one block per item: there the persistent grid
   // measured 14-22% slower without a mask (session 17 run 9, H100, bf16, p=0.1: 391 vs 453
   // TFLOPS at N=4096, 387 vs 473 at 16384; softcap 0 / +8%); at D 64, 96, 192, 256 within -3.5..+1%

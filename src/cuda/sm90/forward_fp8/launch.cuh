@@ -102,13 +102,8 @@ void launch_fp8_kernel(const ForwardParams& params, const detail::ForwardArgs& a
   // dependent on it (FLASHPP_FP8_DEPENDENT_LAUNCH=0 turns that off): its blocks start, load Q
   // and K and compute the first scores while the pass ends.
   const std::int64_t batch_heads = pr.B * pr.Hq;
-  const std::int64_t all_kv_tiles = (pr.Nq + Traits::kBlockM - 1) / Traits::kBlockM *
-                                    std::min<std::int64_t>(batch_heads, 65535) *
-                                    ((pr.Nk + Traits::kBlockN - 1) / Traits::kBlockN);
   WalkChoice choice{ForwardGrid::walk_one_per_item, WalkKind::stride};
-  if (Traits::kVtPass && all_kv_tiles < (std::int64_t{1} << 31)) {
-    choice = walk_grid(params.mask.active(), params.k_len);
-  }
+  if (Traits::kVtPass) choice = ring_safe_walk(params, Traits::kBlockM, Traits::kBlockN, batch_heads);
   const bool dependent = Traits::kVtPass && pr.Nk > 0 && env_switch("FLASHPP_FP8_DEPENDENT_LAUNCH") != 0;
   const char* what = "sm90 FP8 forward kernel launch";
   if constexpr (Traits::kVtPass && kMasked) {
