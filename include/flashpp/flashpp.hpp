@@ -150,9 +150,10 @@ struct Options {
 // ---------------------------------------------------------------------------------------------
 // Scratch memory a call may need (on the tensors' device). Ask with *_workspace_size(); pass a
 // buffer at least that large, or pass an empty Workspace and flashpp allocates (and frees) it:
-// on CUDA stream-ordered, from a memory pool of flashpp's own per device that keeps up to 1 GiB
-// of freed scratch mapped for the next calls (FLASHPP_CUDA_POOL_KEEP_MB=n: n MiB, 0: the
-// default pool; the default pool also while the stream is captured).
+// on CUDA stream-ordered, from a memory pool of flashpp's own per device that keeps freed
+// scratch mapped for the next calls: up to 1 GiB, or the largest scratch one call asked for if
+// that is more (FLASHPP_CUDA_POOL_KEEP_MB=n: n MiB whatever the calls ask, 0: the default pool;
+// the default pool also while the stream is captured).
 struct Workspace {
   void* data = nullptr;
   std::size_t bytes = 0;

@@ -43,29 +43,42 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
-// flashpp's own stream-ordered memory pool of `device`, created on first use: it keeps up to
-// 1 GiB of freed scratch mapped across synchronisations. The device's default pool
-// releases everything at each synchronisation (release threshold 0), so a caller that
-// synchronises between calls paid a fresh mapping of the scratch on every call (FP8 forward,
-// session 16: about 100 us for 32 MiB, 5-20% of a call at N = 4096). A private pool leaves the
-// default pool's settings, which the caller or torch may rely on, untouched. nullptr when the
-// device or driver has no pools, or FLASHPP_CUDA_POOL_KEEP_MB=0 (the default pool is used then).
-// FLASHPP_CUDA_POOL_KEEP_MB=n keeps up to n MiB instead of 1024 (read once per process): memory
-// the pool keeps is outside the caller's allocator (torch's statistics do not see it).
-std::uint64_t pool_keep_bytes() {
-  static const std::uint64_t keep = [] {
+// flashpp's own stream-ordered memory pool of `device`, created on first use: it keeps freed
+// scratch mapped across synchronisations, up to 1 GiB or the largest scratch one call asked for,
+// whichever is more (scratch_pool_for). The device's default pool releases everything at each
+// synchronisation (release threshold 0), so a caller that synchronises between calls paid a fresh
+// mapping of the scratch on every call (FP8 forward, session 16: about 100 us for 32 MiB, 5-20% of
+// a call at N = 4096). A private pool leaves the default pool's settings, which the caller or
+// torch may rely on, untouched. nullptr when the device or driver has no pools, or
+// FLASHPP_CUDA_POOL_KEEP_MB=0 (the default pool is used then). FLASHPP_CUDA_POOL_KEEP_MB=n keeps
+// up to n MiB, and no more for a larger call (read once per process): memory the pool keeps is
+// outside the caller's allocator (torch's statistics do not see it).
+struct PoolKeep {
+  std::uint64_t bytes;
+  bool fixed;  // set by FLASHPP_CUDA_POOL_KEEP_MB: not raised for larger calls
+};
+
+const PoolKeep& pool_keep() {
+  static const PoolKeep keep = [] {
     const char* env = std::getenv("FLASHPP_CUDA_POOL_KEEP_MB");
     char* end = nullptr;
     const unsigned long long mb = env != nullptr ? std::strtoull(env, &end, 10) : 1024ull;
-    const unsigned long long chosen = env != nullptr && (end == env || *end != '\0') ? 1024ull : mb;
-    return std::min(chosen, 1ull << 40) << 20;
+    const bool valid = env != nullptr && end != env && *end == '\0';
+    return PoolKeep{std::min(valid ? mb : 1024ull, 1ull << 40) << 20, valid};
   }();
   return keep;
 }
 
-cudaMemPool_t scratch_pool(int device) {
+// The pool of `device` for a scratch of `bytes`. Unless the keep limit is fixed, the pool's
+// release threshold is raised to `bytes` where that is above it: a call whose scratch alone
+// exceeds 1 GiB (the backward's float32 dQ accumulator at B=4, H=32, N=8192, D=256 is 1 GiB + 8
+// MiB with lse and delta) was otherwise unmapped at each synchronisation and mapped again by the
+// next call (session 26 run 1, H200, do_bench of that backward through the C API: 347 -> 394
+// TFLOPS without a mask, 368 -> 380 causal).
+cudaMemPool_t scratch_pool_for(int device, std::size_t bytes) {
   static std::mutex mutex;
   static cudaMemPool_t pools[64] = {};
+  static std::uint64_t thresholds[64] = {};
   static bool tried[64] = {};
   if (device < 0 || device >= 64) return nullptr;
   std::lock_guard<std::mutex> lock(mutex);
@@ -77,14 +90,23 @@ cudaMemPool_t scratch_pool(int device) {
     props.location.type = cudaMemLocationTypeDevice;
     props.location.id = device;
     cudaMemPool_t pool = nullptr;
-    if (pool_keep_bytes() > 0 &&
+    if (pool_keep().bytes > 0 &&
         cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device) == cudaSuccess &&
         supported != 0 && cudaMemPoolCreate(&pool, &props) == cudaSuccess) {
-      std::uint64_t keep = pool_keep_bytes();
+      std::uint64_t keep = pool_keep().bytes;
       cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
       pools[device] = pool;
+      thresholds[device] = keep;
     } else {
       cudaGetLastError();  // no sticky error left behind
+    }
+  }
+  if (pools[device] != nullptr && !pool_keep().fixed && bytes > thresholds[device]) {
+    std::uint64_t keep = bytes;
+    if (cudaMemPoolSetAttribute(pools[device], cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess) {
+      thresholds[device] = keep;
+    } else {
+      cudaGetLastError();
     }
   }
   return pools[device];
@@ -92,7 +114,7 @@ cudaMemPool_t scratch_pool(int device) {
 
 // Scratch allocated on the stream when the caller passed no workspace; freed on the same stream
 // (stream-ordered, so the free waits for the kernels that use it) even when a launch throws.
-// From flashpp's pool (scratch_pool), except while the stream is being captured into a graph,
+// From flashpp's pool (scratch_pool_for), except while the stream is being captured into a graph,
 // where the default pool's allocation becomes the graph's own memory node as before.
 class StreamScratch {
  public:
@@ -104,7 +126,7 @@ class StreamScratch {
     if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
       cudaGetLastError();  // e.g. the legacy stream while another captures: the default pool
     } else if (capture == cudaStreamCaptureStatusNone && cudaGetDevice(&device) == cudaSuccess) {
-      pool = scratch_pool(device);
+      pool = scratch_pool_for(device, bytes);
     }
     if (pool != nullptr) {
       check_cuda(cudaMallocFromPoolAsync(&data_, bytes, pool, stream), "cudaMallocFromPoolAsync (workspace)");
