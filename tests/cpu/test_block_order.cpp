@@ -13,6 +13,7 @@ namespace {
 using flashpp::cuda::block_item;
 using flashpp::cuda::BlockItem;
 using flashpp::cuda::heads_per_group;
+using flashpp::cuda::last_tiles_first_item;
 
 // Every (rank, head) is taken by exactly one launch position, for full and partial last groups.
 TEST(BlockOrder, EveryItemExactlyOnce) {
@@ -57,6 +58,32 @@ TEST(BlockOrder, RanksAscendWithinAGroup) {
     }
     previous_group = g;
     previous_rank = item.rank;
+  }
+}
+
+// The last tiles of every head first, then the other tiles head by head; every item once.
+TEST(BlockOrder, LastTilesFirst) {
+  for (std::int64_t tiles : {1, 2, 6, 22}) {
+    for (std::int64_t heads : {1, 3, 128}) {
+      std::set<std::pair<std::int64_t, std::int64_t>> seen;
+      for (std::int64_t linear = 0; linear < tiles * heads; ++linear) {
+        const BlockItem item = last_tiles_first_item(linear, tiles, heads);
+        ASSERT_GE(item.rank, 0);
+        ASSERT_LT(item.rank, tiles);
+        ASSERT_GE(item.head, 0);
+        ASSERT_LT(item.head, heads);
+        if (linear < heads) {
+          EXPECT_EQ(item.rank, 0);
+          EXPECT_EQ(item.head, linear);
+        } else {
+          EXPECT_GT(item.rank, 0);
+          EXPECT_EQ(item.head, (linear - heads) / (tiles - 1));
+        }
+        seen.emplace(item.rank, item.head);
+      }
+      EXPECT_EQ(static_cast<std::int64_t>(seen.size()), tiles * heads)
+          << "tiles " << tiles << " heads " << heads;
+    }
   }
 }
 

@@ -217,6 +217,11 @@ TEST(ForwardSm90Small, SanitizerShapes) {
   // D=64 without a mask: the tall tiles (three consumer warpgroups, 192 rows) by default; a
   // partial last tile of queries and of keys.
   cases.push_back(make_case(1, 500, 333, 2, 1, 64, DType::bf16, Layout::bnhd));
+  // Last query tiles with whole consumers past the last row (pass_item), taken first by the
+  // persistent grid (last_tiles_first_item): two idle consumers of the tall tile (Nq = 2 * 192 +
+  // 16), one of the two-consumer tile at D=128 (Nq = 2 * 128 + 44).
+  cases.push_back(make_case(2, 400, 260, 3, 1, 64, DType::f16, Layout::bhnd));
+  cases.push_back(make_case(1, 300, 200, 2, 2, 128, DType::bf16, Layout::bnhd));
   // Each case on the default grid and on two persistent blocks that walk every item (the ring,
   // the Q tile's barriers and the issue turns carried from item to item, masked items and items
   // without a visible key among them); and both again with the tall tiles forced where a call

@@ -39,6 +39,21 @@ FLASHPP_HD BlockItem block_item(std::int64_t linear, std::int64_t tiles, std::in
   return BlockItem{within / group_heads, first_head + within % group_heads};
 }
 
+// The order of an unmasked launch whose last query tile of each head is part-empty, with whole
+// warpgroups of the tile past the last row (they skip their work, so the item costs less):
+// positions 0 .. heads - 1 take those tiles (rank 0) of every head, the later positions the
+// other tiles head by head, as block_item with one head per group. A persistent grid whose
+// blocks take positions b, b + G, ... then gives each of its first `heads` blocks one cheap item,
+// instead of giving every cheap item to the blocks whose positions fall on a head's rank 0 (with
+// `tiles` dividing G, the same blocks each time). Every item is taken by exactly one position
+// (tests/cpu/test_block_order.cpp).
+FLASHPP_HD BlockItem last_tiles_first_item(std::int64_t linear, std::int64_t tiles,
+                                           std::int64_t heads) {
+  if (linear < heads) return BlockItem{0, linear};
+  const std::int64_t rest = linear - heads, others = tiles - 1;
+  return BlockItem{1 + rest % others, rest / others};
+}
+
 // Heads per group: 1 when every item costs the same, else the smallest power of two that gives a
 // group about 1.5 waves of blocks (`slots` = blocks resident on the whole GPU at once).
 inline std::int64_t heads_per_group(bool unequal_costs, std::int64_t tiles, std::int64_t heads,

@@ -45,8 +45,10 @@ struct ForwardParams {
 
   // The (batch * head) index of blockIdx.y == 0 (sm80 launches are split when B*Hq > 65535).
   std::int64_t bh_offset = 0;
-  // Launch order of (query tile, head) items: common/block_order.cuh.
+  // Launch order of (query tile, head) items: common/block_order.cuh (block_item; with
+  // last_tiles_first, last_tiles_first_item instead: the sm90 forward's stride walk only).
   std::int64_t heads_per_group = 1;
+  bool last_tiles_first = false;
 };
 
 }  // namespace flashpp::cuda

@@ -257,7 +257,9 @@ template <typename Traits>
 __device__ __forceinline__ ForwardTile forward_tile(const ForwardParams& p, std::int64_t linear,
                                                     std::int64_t q_tiles, std::int64_t heads) {
   // Later query tiles see more keys under a causal mask: they start first (block_order.cuh).
-  const BlockItem item = block_item(linear, q_tiles, heads, p.heads_per_group);
+  // Without one, where the last query tile leaves a consumer idle, those tiles start first.
+  const BlockItem item = p.last_tiles_first ? last_tiles_first_item(linear, q_tiles, heads)
+                                            : block_item(linear, q_tiles, heads, p.heads_per_group);
   ForwardTile t;
   t.bh = p.bh_offset + item.head;
   t.b = t.bh / p.q_heads;
@@ -586,6 +588,35 @@ __device__ __forceinline__ void release_buffer(std::uint64_t* empty, int lane) {
   if (lane == 0) ptx::mbarrier_arrive(empty);
 }
 
+// One item of a consumer warpgroup whose 64 query rows all lie past the last row (the last query
+// tile of a call whose length leaves it part-empty): no products and nothing written, but the
+// protocol of a working consumer (consumer_item), so that the ring of K/V buffers, the Q tile and
+// the rotation of turns stay in step: each buffer released once its copy has completed (not
+// before: an early arrival would count towards the previous use of the buffer), each turn taken
+// and passed. `ring` as for load_item (advanced here).
+template <typename Traits, typename Turns>
+__device__ __forceinline__ void pass_item(const SharedStorage<Traits>& smem, const Turns& turns,
+                                          int num_tiles, int& ring, int lane) {
+  auto stage_of = [&](int j) { return (ring + j) % Traits::kStages; };
+  auto phase_of = [&](int j) { return static_cast<std::uint32_t>((ring + j) / Traits::kStages) & 1u; };
+  for (int j = 0; j < num_tiles; ++j) {
+    mbarrier_wait(smem.k_full(stage_of(j)), phase_of(j));
+    if (j > 0) mbarrier_wait(smem.v_full(stage_of(j - 1)), phase_of(j - 1));
+    turns.wait();
+    turns.pass(false);
+    release_buffer(smem.k_empty(stage_of(j)), lane);
+    if (j > 0) release_buffer(smem.v_empty(stage_of(j - 1)), lane);
+  }
+  release_buffer(smem.q_empty(), lane);
+  if (num_tiles > 0) {
+    mbarrier_wait(smem.v_full(stage_of(num_tiles - 1)), phase_of(num_tiles - 1));
+    turns.wait();
+    turns.pass(false);
+    release_buffer(smem.v_empty(stage_of(num_tiles - 1)), lane);
+  }
+  ring += num_tiles;
+}
+
 // One item of one consumer warpgroup. kExtras: what the instantiation handles beyond the plain
 // steps (ScoreExtras). kQWaited: the caller has waited for the item's Q tile (the handoff).
 // `items_done` and `ring` as for load_item (ring advanced here); `turns`: the IssueTurns of the
@@ -617,6 +648,10 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     FLASHPP_FWD_STAMP(items_done, role, item_start, clock64());
     mbarrier_wait(smem.q_full(), static_cast<std::uint32_t>(items_done) & 1u);
     FLASHPP_FWD_STAMP(items_done, role, q_ready, clock64());
+  }
+  if (tile.m0 + consumer * 64 >= p.q_len) {  // no row of this warpgroup exists
+    pass_item<Traits>(smem, turns, num_tiles, ring, lane);
+    return;
   }
   if (num_tiles == 0 && Traits::kQFreeAfterScores) release_buffer(smem.q_empty(), lane);
   if (num_tiles > 0) {
