@@ -231,6 +231,10 @@ FLASHPP_C_API int flashpp_cuda_available(void);
  * cuda_kernel_families). The pointer stays valid until the next call on this thread. */
 FLASHPP_C_API const char* flashpp_cuda_kernel_families(int device);
 
+/* Gives the device memory flashpp's scratch pools keep between calls back to the driver (see
+ * flashpp.hpp's cuda_release_scratch); synchronise the streams of earlier calls first. */
+FLASHPP_C_API void flashpp_cuda_release_scratch(void);
+
 /* Which CPU kernel FLASHPP_BACKEND_CPU runs now for `dtype` (forward, or backward when
  * backward != 0), in words (see flashpp.hpp's cpu_kernel). The pointer stays valid until the
  * next call on this thread. */

@@ -264,6 +264,13 @@ bool cuda_available() noexcept;
 // environment override). Benchmarks print it so that no slow path goes unnoticed.
 std::string cuda_kernel_families(int device = 0);
 
+// Gives the device memory that flashpp's scratch pools keep between calls (the Workspace
+// section above) back to the driver, on every device, and sets their keep limit back to 1 GiB
+// (or FLASHPP_CUDA_POOL_KEEP_MB). Scratch of calls still queued on a stream is released when they
+// finish, not by this call: synchronise those streams first to give back all of it. Nothing to do
+// without CUDA; never throws (CUDA errors are ignored, as in a destructor).
+void cuda_release_scratch() noexcept;
+
 // Which CPU kernel Backend::cpu runs now for `dtype` (forward, or backward when `backward`), and
 // the CPU features it was chosen from, e.g. "amx bf16 (tdpbf16ps tiles); cpu: avx2 fma ...".
 // The kernel is the best the CPU supports, or the level the environment variable

@@ -8,7 +8,7 @@ CUDA graphs; flashpp.torch has drop-in replacements for torch's scaled_dot_produ
 and flash-attn's flash_attn_func, and an nn.Module.
 """
 from . import _C
-from ._C import Options, cuda_available, cuda_compiled, dropout_keep_mask
+from ._C import Options, cuda_available, cuda_compiled, cuda_release_scratch, dropout_keep_mask
 from ._fp8 import quantize_fp8
 from .functional import attention, attention_backward
 from .inference import attention_kvcache, attention_varlen, attention_varlen_backward
@@ -23,6 +23,7 @@ __all__ = [
     "attention_varlen_backward",
     "cuda_available",
     "cuda_compiled",
+    "cuda_release_scratch",
     "dropout_keep_mask",
     "Options",
     "quantize_fp8",

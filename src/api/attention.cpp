@@ -89,6 +89,7 @@ TensorView make_lse(float* data, std::int64_t B, std::int64_t H, std::int64_t N,
 bool cuda_compiled() noexcept { return flashpp::cuda::compiled(); }
 bool cuda_available() noexcept { return flashpp::cuda::available(); }
 std::string cuda_kernel_families(int device) { return flashpp::cuda::kernel_families(device); }
+void cuda_release_scratch() noexcept { flashpp::cuda::release_scratch(); }
 
 std::string cpu_kernel(DType dtype, bool backward) {
   return flashpp::cpu::kernel_name(dtype, backward) + "; cpu: " + flashpp::cpu::cpu_feature_summary();

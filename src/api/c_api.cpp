@@ -386,6 +386,7 @@ flashpp_status flashpp_backward_varlen(const flashpp_tensor* q, const flashpp_te
 
 int flashpp_cuda_compiled(void) { return flashpp::cuda_compiled() ? 1 : 0; }
 int flashpp_cuda_available(void) { return flashpp::cuda_available() ? 1 : 0; }
+void flashpp_cuda_release_scratch(void) { flashpp::cuda_release_scratch(); }
 const char* flashpp_cuda_kernel_families(int device) {
   static thread_local std::string text;
   try {

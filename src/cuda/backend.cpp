@@ -69,6 +69,20 @@ const PoolKeep& pool_keep() {
   return keep;
 }
 
+// The pools of scratch_pool_for, one per device, created on first use, with their release
+// thresholds; release_scratch empties them.
+struct ScratchPools {
+  std::mutex mutex;
+  cudaMemPool_t pools[64] = {};
+  std::uint64_t thresholds[64] = {};
+  bool tried[64] = {};
+};
+
+ScratchPools& scratch_pools() {
+  static ScratchPools pools;
+  return pools;
+}
+
 // The pool of `device` for a scratch of `bytes`. Unless the keep limit is fixed, the pool's
 // release threshold is raised to `bytes` where that is above it: a call whose scratch alone
 // exceeds 1 GiB (the backward's float32 dQ accumulator at B=4, H=32, N=8192, D=256 is 1 GiB + 8
@@ -76,14 +90,11 @@ const PoolKeep& pool_keep() {
 // next call (session 26 run 1, H200, do_bench of that backward through the C API: 347 -> 394
 // TFLOPS without a mask, 368 -> 380 causal).
 cudaMemPool_t scratch_pool_for(int device, std::size_t bytes) {
-  static std::mutex mutex;
-  static cudaMemPool_t pools[64] = {};
-  static std::uint64_t thresholds[64] = {};
-  static bool tried[64] = {};
   if (device < 0 || device >= 64) return nullptr;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!tried[device]) {
-    tried[device] = true;
+  ScratchPools& s = scratch_pools();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.tried[device]) {
+    s.tried[device] = true;
     int supported = 0;
     cudaMemPoolProps props{};
     props.allocType = cudaMemAllocationTypePinned;
@@ -95,21 +106,21 @@ cudaMemPool_t scratch_pool_for(int device, std::size_t bytes) {
         supported != 0 && cudaMemPoolCreate(&pool, &props) == cudaSuccess) {
       std::uint64_t keep = pool_keep().bytes;
       cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
-      pools[device] = pool;
-      thresholds[device] = keep;
+      s.pools[device] = pool;
+      s.thresholds[device] = keep;
     } else {
       cudaGetLastError();  // no sticky error left behind
     }
   }
-  if (pools[device] != nullptr && !pool_keep().fixed && bytes > thresholds[device]) {
+  if (s.pools[device] != nullptr && !pool_keep().fixed && bytes > s.thresholds[device]) {
     std::uint64_t keep = bytes;
-    if (cudaMemPoolSetAttribute(pools[device], cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess) {
-      thresholds[device] = keep;
+    if (cudaMemPoolSetAttribute(s.pools[device], cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess) {
+      s.thresholds[device] = keep;
     } else {
       cudaGetLastError();
     }
   }
-  return pools[device];
+  return s.pools[device];
 }
 
 // Scratch allocated on the stream when the caller passed no workspace; freed on the same stream
@@ -177,6 +188,23 @@ int device_count() noexcept {
 }
 
 }  // namespace
+
+void release_scratch() noexcept {
+  ScratchPools& s = scratch_pools();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  for (cudaMemPool_t& pool : s.pools) {
+    if (pool == nullptr) continue;
+    const int device = static_cast<int>(&pool - s.pools);
+    std::uint64_t keep = pool_keep().bytes;
+    // Best effort: a failure leaves no error behind for the caller's next CUDA call.
+    if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess) {
+      s.thresholds[device] = keep;
+    } else {
+      cudaGetLastError();
+    }
+    if (cudaMemPoolTrimTo(pool, 0) != cudaSuccess) cudaGetLastError();
+  }
+}
 
 bool compiled() noexcept { return true; }
 

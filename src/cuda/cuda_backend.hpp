@@ -23,6 +23,9 @@ std::size_t backward_workspace_size(const detail::Problem& problem, bool determi
 // flashpp::cuda_kernel_families: the families the dispatchers pick on `device` now.
 std::string kernel_families(int device);
 
+// flashpp::cuda_release_scratch: the memory flashpp's scratch pools keep, back to the driver.
+void release_scratch() noexcept;
+
 void forward(const detail::ForwardArgs& args);
 void backward(const detail::BackwardArgs& args);
 

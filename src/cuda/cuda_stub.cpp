@@ -14,6 +14,7 @@ std::size_t forward_workspace_size(const detail::Problem&) { return 0; }
 std::size_t backward_workspace_size(const detail::Problem&, bool) { return 0; }
 
 std::string kernel_families(int) { return "none: flashpp was built without CUDA"; }
+void release_scratch() noexcept {}
 
 void forward(const detail::ForwardArgs&) {
   throw Error(ErrorCode::unsupported, "flashpp was built without CUDA");

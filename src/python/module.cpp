@@ -31,4 +31,7 @@ NB_MODULE(_C, m) {
   m.def("cuda_kernel_families", [](int device) { return flashpp::cuda_kernel_families(device); },
         nanobind::arg("device") = 0,
         "Which CUDA kernel families flashpp runs on `device` now, in words.");
+  m.def("cuda_release_scratch", [] { flashpp::cuda_release_scratch(); },
+        "Gives the device memory flashpp's scratch pools keep between calls back to the driver "
+        "(synchronise first); torch's allocator is not touched.");
 }

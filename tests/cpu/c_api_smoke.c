@@ -37,6 +37,9 @@ int main(void) {
     fprintf(stderr, "expected an invalid-argument error, got %s\n", flashpp_status_string(s));
     return 1;
   }
+  /* Releasing the CUDA scratch pools links from C and does nothing harmful with or without CUDA
+   * (the GPU suite checks that it gives the memory back: CudaBackend.ReleaseScratch...). */
+  flashpp_cuda_release_scratch();
   printf("ok: %s\n", flashpp_last_error());
   return 0;
 }

@@ -230,6 +230,7 @@ def test_version_and_capabilities():
     assert flashpp.__version__ == "0.1.0"
     assert isinstance(flashpp.cuda_compiled(), bool)
     assert isinstance(flashpp.cuda_available(), bool)
+    assert flashpp.cuda_release_scratch() is None  # a no-op without CUDA scratch; never raises
 
 
 def test_configs_are_remembered_without_changing_the_checks():
