@@ -195,6 +195,20 @@ inline bool use_tall_tile(const ForwardParams& params) {
 // K/V of ~128 heads at once, where the plain order shares a head's K/V among neighbouring tiles.
 inline constexpr std::int64_t kLastFirstMaxTiles = 8;
 
+// Whether a launch of block_m-row query tiles on `choice` takes last_tiles_first_item's order:
+// the stride walk of a persistent grid without a mask, where the last query tile of each head
+// leaves whole consumers without rows (they skip the item: pass_item) and a head has at most
+// kLastFirstMaxTiles tiles. FLASHPP_SM90_FWD_LAST_FIRST=0 / =1 keeps the plain order / takes this
+// one at any length (A/B runs; read at every call).
+inline bool last_tiles_first(const ForwardParams& params, const WalkChoice& choice, int block_m) {
+  const std::int64_t last_rows = params.q_len % block_m;
+  const std::int64_t q_tiles = (params.q_len + block_m - 1) / block_m;
+  const int forced = env_switch("FLASHPP_SM90_FWD_LAST_FIRST");
+  return choice.grid == ForwardGrid::walk_persistent && choice.walk == WalkKind::stride &&
+         !params.mask.active() && q_tiles > 1 && last_rows != 0 && last_rows <= block_m - 64 &&
+         (forced == 1 || (forced < 0 && q_tiles <= kLastFirstMaxTiles));
+}
+
 // kExtras: whether the softcap and dropout kernels are instantiated for these tiles (callers with
 // softcap or dropout must use tiles that have them).
 template <typename Traits, bool kExtras = true>
@@ -221,18 +235,7 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
   // instantiated for the plain kernel only.
   if (extras && Traits::kHeadDim == 128 && persistent_forced() != 1) choice = one_per_item;
   if (choice.walk != WalkKind::stride && extras) choice = one_per_item;
-  // Where the last query tile of each head leaves whole consumers without rows (they skip the
-  // item: pass_item) and a head has few query tiles, the stride walk of the persistent grid takes
-  // those cheaper tiles first, one to a block (block_order.cuh, last_tiles_first_item).
-  // FLASHPP_SM90_FWD_LAST_FIRST=0 / =1 keeps the plain order / takes this one at any length (A/B
-  // runs; read at every call).
-  const std::int64_t last_rows = params.q_len % Traits::kBlockM;
-  const std::int64_t q_tiles = (params.q_len + Traits::kBlockM - 1) / Traits::kBlockM;
-  const int last_first = env_switch("FLASHPP_SM90_FWD_LAST_FIRST");
-  p.args.last_tiles_first = choice.grid == ForwardGrid::walk_persistent &&
-                            choice.walk == WalkKind::stride && !params.mask.active() &&
-                            q_tiles > 1 && last_rows != 0 && last_rows <= Traits::kBlockM - 64 &&
-                            (last_first == 1 || (last_first < 0 && q_tiles <= kLastFirstMaxTiles));
+  p.args.last_tiles_first = last_tiles_first(params, choice, Traits::kBlockM);
   auto kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none>;
   if constexpr (kExtras) {
     if (params.softcap > 0.0f) {
