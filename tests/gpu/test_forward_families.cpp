@@ -213,9 +213,8 @@ TEST(ForwardSm90Small, SanitizerShapes) {
     Options os = causal(Alignment::top_left);
     os.softcap = 6.0f;
     cases.push_back(make_case(1, 260, 400, 2, 2, 64, DType::bf16, Layout::bhnd, os));
-    // Dropout decisions from the producer warps (kernel.cuh, ScoreExtras::dropout_bits): last
-    // query tiles whose second consumer has no row (it releases each decision slot unread), a
-    // ring of slots that wraps within an item and across items, D=96.
+    // Dropout where the last query tile leaves the second consumer without rows (pass_item),
+    // and at D=96.
     o.seed = 13;
     cases.push_back(make_case(1, 150, 600, 2, 1, 128, DType::bf16, Layout::bnhd, o));
     cases.push_back(make_case(2, 40, 520, 2, 2, 96, DType::f16, Layout::bhnd, o));

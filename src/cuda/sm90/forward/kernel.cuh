@@ -44,7 +44,6 @@
 #include "../../ptx/wgmma.cuh"
 #include "../../common/poison.cuh"
 #include "../../common/sector_store.cuh"
-#include "dropout_bits.cuh"
 #include "trace.cuh"
 
 namespace flashpp::cuda::sm90 {
@@ -237,41 +236,15 @@ struct IssueTurns {
 
 // The element-wise extras a kernel is compiled with: their code costs registers, so each call
 // takes the kernel with the least it needs. `dropout`: calls with dropout and no softcap (the
-// softcap's tanhf made the D=128 kernel spill 96 bytes a thread in its key-tile loop);
-// `dropout_bits`: the same, with the keep decisions made by the producer warpgroup's spare warps
-// (dropout_bits.cuh) instead of the consumers' own Philox calls (128-key tiles, two consumers).
-enum class ScoreExtras { none, dropout, softcap_dropout, dropout_bits };
+// softcap's tanhf made the D=128 kernel spill 96 bytes a thread in its key-tile loop).
+enum class ScoreExtras { none, dropout, softcap_dropout };
 
-// Whether a kernel's consumer warpgroups take turns (IssueTurns): all but the dropout kernels at
+// Whether a kernel's consumer warpgroups take turns (IssueTurns): all but the dropout kernel at
 // D=64, whose softmax steps, with the Philox calls, outlast the other warpgroup's products
 // (session 22 run 1, H200: without turns +4..+6% there, -11..-15% at D=128).
 template <typename Traits, ScoreExtras kExtras>
 inline constexpr bool kTakesTurns =
-    FLASHPP_SM90_PINGPONG != 0 &&
-    !((kExtras == ScoreExtras::dropout || kExtras == ScoreExtras::dropout_bits) &&
-      Traits::kHeadDim <= 64);
-
-// The dropout_bits kernel: where its ring of decision slots starts in shared memory (after the
-// kernel's own storage), and whether the tiles allow it (dropout_bits.hpp's layout: 128-key tiles
-// of two consumer warpgroups; the slots within the block's shared memory).
-template <typename Traits>
-inline constexpr int kDropoutRingOffset = (Traits::kSmemBytes + 127) / 128 * 128;
-template <typename Traits>
-inline constexpr bool kDropoutBitsFit =
-    Traits::kBlockN == 128 && Traits::kConsumers == 2 &&
-    kDropoutRingOffset<Traits> + DropoutBitsLayout::kBytes <= Traits::kMaxSmemBytes;
-
-// Registers per thread after the reallocation. The dropout_bits kernel gives its producer warps
-// 72, enough for a lane's four Philox calls in flight without spills (ptxas -v: 96 bytes spilled
-// at 40, 24 at 64; at 24 registers a lane made one call at a time and the warps fell behind the
-// consumers, session 15), and its consumers 216 (no spills at D 64, 96, 128 from 216 up).
-template <typename Traits, ScoreExtras kExtras>
-struct RegisterSplit {
-  static constexpr bool kBits = kExtras == ScoreExtras::dropout_bits;
-  static constexpr int producer = kBits ? 72 : Traits::kProducerRegisters;
-  static constexpr int consumer = kBits ? 216 : Traits::kConsumerRegisters;
-  static_assert(ptx::register_split_fits(producer, Traits::kConsumers, consumer));
-};
+    FLASHPP_SM90_PINGPONG != 0 && !(kExtras == ScoreExtras::dropout && Traits::kHeadDim <= 64);
 
 // The work item of this block: which query tile of which (batch, head), and its key tiles.
 struct ForwardTile {
@@ -500,26 +473,6 @@ __device__ __forceinline__ void producer_walk(const Sm90ForwardParams& params, c
   if constexpr (kHandOffItems<kWalk>) hand_off_walk_end(smem, items);
 }
 
-// The dropout_bits kernel's producer warps 1-3 (producer_warp 0-2) over the same items: the
-// decisions of each key tile, in the consumers' order (the last key tile first), into the ring's
-// slots; `ring` counts the key tiles of the items before, as the copies' ring does.
-template <typename Traits, WalkKind kWalk>
-__device__ __forceinline__ void dropout_producer_walk(const Sm90ForwardParams& params,
-                                                      const DropoutBitsRing& bits,
-                                                      const ItemWalk<kWalk>& walk,
-                                                      int producer_warp, int lane) {
-  int ring = 0;
-  walk.for_each([&](std::int64_t linear, int) {
-    const ForwardTile tile = forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads);
-    const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
-    for (int j = 0; j < num_tiles; ++j) {
-      bits.produce(ring + j, params.args.dropout, static_cast<std::uint32_t>(tile.bh), tile.m0,
-                   (tile.keys.end - 1 - j) * Traits::kBlockN, producer_warp, lane);
-    }
-    ring += num_tiles;
-  });
-}
-
 // A consumer warpgroup's walk over the same items: on walks with handoffs as the producer hands
 // them over (up to the end mark), else taking the positions itself. item(tile, items done
 // before it, q_waited): q_waited (a std::bool_constant) says whether the item's Q tile has been
@@ -640,16 +593,13 @@ __device__ __forceinline__ void release_buffer(std::uint64_t* empty, int lane) {
 // protocol of a working consumer (consumer_item), so that the ring of K/V buffers, the Q tile and
 // the rotation of turns stay in step: each buffer released once its copy has completed (not
 // before: an early arrival would count towards the previous use of the buffer), each turn taken
-// and passed; kBits: each dropout decision slot released once written. `ring` as for load_item
-// (advanced here).
-template <typename Traits, bool kBits, typename Turns>
+// and passed. `ring` as for load_item (advanced here).
+template <typename Traits, typename Turns>
 __device__ __forceinline__ void pass_item(const SharedStorage<Traits>& smem, const Turns& turns,
-                                          const DropoutBitsRing& bits, int num_tiles, int& ring,
-                                          int lane) {
+                                          int num_tiles, int& ring, int lane) {
   auto stage_of = [&](int j) { return (ring + j) % Traits::kStages; };
   auto phase_of = [&](int j) { return static_cast<std::uint32_t>((ring + j) / Traits::kStages) & 1u; };
   for (int j = 0; j < num_tiles; ++j) {
-    if constexpr (kBits) bits.skip(ring + j);
     mbarrier_wait(smem.k_full(stage_of(j)), phase_of(j));
     if (j > 0) mbarrier_wait(smem.v_full(stage_of(j - 1)), phase_of(j - 1));
     turns.wait();
@@ -699,11 +649,8 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     mbarrier_wait(smem.q_full(), static_cast<std::uint32_t>(items_done) & 1u);
     FLASHPP_FWD_STAMP(items_done, role, q_ready, clock64());
   }
-  constexpr bool kBits = kExtras == ScoreExtras::dropout_bits;
-  const DropoutBitsRing bits{smem.base + kDropoutRingOffset<Traits>};
-  const int consumer_thread = static_cast<int>(threadIdx.x) - 128;  // dropout_bits.hpp's ct
   if (tile.m0 + consumer * 64 >= p.q_len) {  // no row of this warpgroup exists
-    pass_item<Traits, kBits>(smem, turns, bits, num_tiles, ring, lane);
+    pass_item<Traits>(smem, turns, num_tiles, ring, lane);
     return;
   }
   if (num_tiles == 0 && Traits::kQFreeAfterScores) release_buffer(smem.q_empty(), lane);
@@ -721,20 +668,13 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
       const SoftmaxCorrection<Traits> correction =
           online_softmax_update<Traits>(s, row_max, row_sum, p.scale_log2);
       if (dropout) {
-        if constexpr (kBits) {
-          // made by the producer warps: read after the softmax (consume_bits)
-        } else if constexpr (kDropoutBySigns<Traits>) {
+        if constexpr (kDropoutBySigns<Traits>) {
           dropout_signs<Traits>(keep, p, bh32, row0, n0, lane);
         } else {
           apply_dropout_per_element<Traits>(s, p, bh32, row0, n0, lane);
         }
       }
       return correction;
-    };
-    // The producer warps' decisions of the item's key tile j (kBits), after its softmax: their
-    // registers are not live during it.
-    auto consume_bits = [&](int j) {
-      if constexpr (kBits) bits.consume<Traits>(ring + j, consumer_thread, keep);
     };
 
     std::uint32_t p_frag[Traits::kBlockN / 16][4];
@@ -766,7 +706,6 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
       release_buffer(smem.k_empty(stage_of(0)), lane);
       softmax_steps(s, tile.keys.end - 1);  // O is still zero: no rescale
-      consume_bits(0);
       prepare_p(s[0]);
       FLASHPP_FWD_STAMP(items_done, role, p0_ready, clock64());
     }
@@ -783,7 +722,6 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
       release_buffer(smem.k_empty(stage), lane);
       const SoftmaxCorrection<Traits> correction = softmax_steps(s, tile.keys.end - 1 - j);
-      consume_bits(j);
       // The softmax overlaps P V only if ptxas keeps it above the wait (perf-notes: "softmax
       // anchor"); a plain wait is hoisted above it.
       if constexpr (Traits::kHeadDim >= FLASHPP_SOFTMAX_ANCHOR_MIN_D) {
@@ -861,13 +799,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const SharedStorage<Traits> smem{smem_raw};
   const ItemWalk<kWalk> walk{params.q_tiles * params.heads, params.q_tiles, params.heads,
                              params.args.heads_per_group * params.q_tiles};
-  constexpr bool kBits = kExtras == ScoreExtras::dropout_bits;
-  static_assert(!kBits || (kDropoutBitsFit<Traits> && kWalk == WalkKind::stride));
-  const DropoutBitsRing bits{smem_raw + kDropoutRingOffset<Traits>};
-  using Registers = RegisterSplit<Traits, kExtras>;
 
   if (threadIdx.x == 0) {
-    if constexpr (kBits) bits.init();
     ptx::mbarrier_init(smem.q_full(), 1);
     ptx::mbarrier_init(smem.q_empty(), 4 * Traits::kConsumers);  // one arrival per warp
     ptx::mbarrier_init(smem.handoff_empty(), 128 * Traits::kConsumers);  // one per thread
@@ -883,17 +816,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   const int warpgroup = ptx::warpgroup_index();
   if (warpgroup == 0) {
-    ptx::release_registers<Registers::producer>();
+    ptx::release_registers<Traits::kProducerRegisters>();
     if (threadIdx.x == 0) {
       producer_walk<Traits>(params, smem, walk, [&](const ForwardTile& tile, int items_done, int& ring) {
         load_item<Traits, kHandOffItems<kWalk>>(params, smem, tile, items_done, ring);
       });
-    } else if (kBits && threadIdx.x >= 32) {
-      dropout_producer_walk<Traits>(params, bits, walk, static_cast<int>(threadIdx.x) / 32 - 1,
-                                    static_cast<int>(threadIdx.x) & 31);
     }
   } else {
-    ptx::claim_registers<Registers::consumer>();
+    ptx::claim_registers<Traits::kConsumerRegisters>();
     consumer_loop<Traits, kExtras, kWalk>(params, smem, walk, warpgroup - 1);
   }
 #endif

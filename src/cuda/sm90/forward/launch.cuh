@@ -209,16 +209,6 @@ inline bool last_tiles_first(const ForwardParams& params, const WalkChoice& choi
          (forced == 1 || (forced < 0 && q_tiles <= kLastFirstMaxTiles));
 }
 
-// Whether a dropout call without softcap takes the kernel whose producer warps make the keep
-// decisions (ScoreExtras::dropout_bits; the tiles must allow it, kDropoutBitsFit), rather than
-// the consumers' own Philox calls. FLASHPP_SM90_FWD_DROPOUT_PRODUCER=0 / =1 forces the consumers'
-// calls / the producer warps (A/B runs; read at every call).
-template <typename Traits>
-inline bool dropout_from_producer(const ForwardParams& params) {
-  if (!kDropoutBitsFit<Traits> || params.softcap > 0.0f || params.dropout.threshold == 0) return false;
-  return env_switch("FLASHPP_SM90_FWD_DROPOUT_PRODUCER") != 0;
-}
-
 // kExtras: whether the softcap and dropout kernels are instantiated for these tiles (callers with
 // softcap or dropout must use tiles that have them).
 template <typename Traits, bool kExtras = true>
@@ -247,18 +237,11 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
   if (choice.walk != WalkKind::stride && extras) choice = one_per_item;
   p.args.last_tiles_first = last_tiles_first(params, choice, Traits::kBlockM);
   auto kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none>;
-  int smem_bytes = Traits::kSmemBytes;
   if constexpr (kExtras) {
     if (params.softcap > 0.0f) {
       kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::softcap_dropout>;
     } else if (extras) {
       kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::dropout>;
-      if constexpr (kDropoutBitsFit<Traits>) {
-        if (dropout_from_producer<Traits>(params)) {
-          kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::dropout_bits>;
-          smem_bytes = kDropoutRingOffset<Traits> + DropoutBitsLayout::kBytes;
-        }
-      }
     }
   }
   if (choice.walk == WalkKind::snake) {
@@ -267,7 +250,7 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
 #if FLASHPP_SM90_FWD_TRACE
   p.trace = trace_buffer(stream);
 #endif
-  launch_query_tiles(kernel, Traits::kThreads, smem_bytes, Traits::kBlockM, p, batch_heads,
+  launch_query_tiles(kernel, Traits::kThreads, Traits::kSmemBytes, Traits::kBlockM, p, batch_heads,
                      stream, "sm90 forward kernel launch", choice.grid);
 #if FLASHPP_SM90_FWD_TRACE
   write_trace(p.trace, Traits::kConsumers, stream);
