@@ -51,6 +51,17 @@ struct Mask {
     // every row must see every key: j0 >= (i1-1)+s-left and j1-1 <= i0+s+right.
     return j0 >= i1 - 1 + shift - left && j1 - 1 <= i0 + shift + right;
   }
+  // The same question for every tile of `rows` rows at once, for keys [j0, j1): the tile from
+  // row i0 is fully visible exactly when first_row <= i0 <= last_row (the bounds below; an
+  // inactive mask gives a range around every row a problem can have). For loops over row tiles
+  // that would otherwise ask tile_fully_visible for each.
+  struct RowStarts {
+    std::int64_t first_row, last_row;
+  };
+  FLASHPP_HD RowStarts fully_visible_row_starts(std::int64_t j0, std::int64_t j1,
+                                                std::int64_t rows) const {
+    return RowStarts{j1 - 1 - shift - right, j0 - rows + 1 - shift + left};
+  }
 };
 
 }  // namespace flashpp::detail

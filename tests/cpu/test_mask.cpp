@@ -54,6 +54,10 @@ TEST(MaskRule, TileClassificationAgreesWithVisible) {
             ASSERT_EQ(m.tile_fully_visible(i0, i1, j0, j1), all)
                 << "shift " << m.shift << " left " << m.left << " right " << m.right
                 << " rows [" << i0 << "," << i1 << ") keys [" << j0 << "," << j1 << ")";
+            const Mask::RowStarts starts = m.fully_visible_row_starts(j0, j1, i1 - i0);
+            ASSERT_EQ(starts.first_row <= i0 && i0 <= starts.last_row, all)
+                << "shift " << m.shift << " left " << m.left << " right " << m.right
+                << " rows [" << i0 << "," << i1 << ") keys [" << j0 << "," << j1 << ")";
           }
   }
 }

@@ -337,9 +337,13 @@ __device__ __forceinline__ BackwardStep backward_step(const BackwardParams& p,
 // 64-bit division and remainder (about 25 instructions a step in every consumer warp: a 32-bit
 // fast path and a call to the 64-bit one). The wide kernel keeps backward_step: with the walk
 // ptxas serialised its D=192 products (C7511).
+// It also answers whether a step's tile needs the element mask from the block's range of fully
+// visible query tiles (Mask::fully_visible_row_starts), computed once, instead of loading the
+// mask and comparing in 64 bits at every step.
 template <typename Traits>
 struct StepWalk {
   std::int64_t h = 0, tile = 0, tiles, m_begin;  // the current step's query head and tile
+  detail::Mask::RowStarts unmasked;  // query tiles from these rows need no element mask
 
   __device__ StepWalk(const BackwardParams& p, const BackwardTile& t)
       : tiles(t.m_end - t.m_begin), m_begin(t.m_begin) {
@@ -348,8 +352,14 @@ struct StepWalk {
       h = first.h;
       tile = first.m0 / Traits::kBlockM - t.m_begin;
     }
+    unmasked = p.mask.fully_visible_row_starts(t.n0, t.n0 + Traits::kBlockN, Traits::kBlockM);
+    if (t.n0 + Traits::kBlockN > p.k_len) unmasked = {1, 0};  // keys past Nk: every tile masks
   }
   __device__ BackwardStep current() const { return BackwardStep{h, (m_begin + tile) * Traits::kBlockM}; }
+  // needs_mask for the current step's query tile st.m0.
+  __device__ bool needs_mask(std::int64_t m0) const {
+    return m0 < unmasked.first_row || m0 > unmasked.last_row;
+  }
   __device__ void advance() {
     if constexpr (Traits::kDeterministic) {
       if (--tile < 0) {
@@ -791,10 +801,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       ptx::wgmma_commit();
     }
     // While the products run: which elements need the mask test, and the dropout decisions.
-    const bool needs_mask = tile.n0 + Traits::kBlockN > p.k_len ||
-                            (p.mask.active() &&
-                             !p.mask.tile_fully_visible(st.m0, st.m0 + Traits::kBlockM, tile.n0,
-                                                        tile.n0 + Traits::kBlockN));
+    const bool needs_mask = walk.needs_mask(st.m0);
     StepKeepSigns<Traits> keep;
     if constexpr (Traits::kDropout) {
       keep = dropout_decisions<Traits>(p, static_cast<std::uint32_t>(tile.b * p.q_heads + st.h),
