@@ -162,6 +162,56 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.param.family) + "_" + to_string(info.param.dtype);
     });
 
+// Scores that jump between key tiles: the sm90 forward keeps each row's reference max while a
+// tile's P stay below 2^8 and starts the exponentials before the tile's max is known
+// (online_softmax_speculative); larger jumps take its rescaled case, jumps of 2^100 and more its
+// recomputed case, and rows that see their first key after the first tile (windows) the rescaled
+// case. Keys in a band of rows scaled by 8 (scores ~20 nats above the others: rescaled) or by 64
+// (~160 nats: recomputed), early keys (the kernels walk key tiles from the last one) or middle
+// ones; the same criterion as MatchOracle.
+TEST_P(ForwardFamilies, ScoreJumpsBetweenKeyTiles) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  const FamilyParam param = GetParam();
+  if (std::string(param.family) == "sm90" && !device_is_sm90()) {
+    GTEST_SKIP() << "the sm90 family runs on compute capability 9.0 only";
+  }
+  const FamilyGuard guard(param.family);
+  const double u = test::unit_roundoff(param.dtype);
+  const test::Tolerance tol = test::float32_kernel_tolerance(param.dtype);
+  struct Band {
+    std::int64_t lo, hi;
+    double factor;
+  };
+  Options window;
+  window.window_left = 300;
+  window.window_right = 40;
+  for (std::int64_t D : {64, 128, 256})
+    for (const Band band :
+         {Band{0, 256, 8.0}, Band{0, 256, 64.0}, Band{512, 640, 8.0}, Band{512, 640, 64.0}})
+      for (const Options& o : {Options{}, causal(Alignment::top_left), window}) {
+        const AttentionCase c = make_case(1, 300, 1100, 2, 1, D, param.dtype, Layout::bnhd, o);
+        SCOPED_TRACE(std::string(param.family) + " " + c.describe() + " keys " +
+                     std::to_string(band.lo) + ".." + std::to_string(band.hi) + " x" +
+                     std::to_string(band.factor));
+        test::AttentionInputs in = test::make_inputs(c);
+        for (std::int64_t j = band.lo; j < band.hi; ++j)
+          for (std::int64_t d = 0; d < D; ++d)
+            in.k.set(0, j, 0, d, in.k.get(0, j, 0, d) * band.factor);
+        const test::ForwardOutputs ours = gpu_test::run_forward_cuda(in, c.options);
+        const test::OracleResult ref = test::run_oracle(in, c.options, /*with_backward=*/false);
+        const test::HostTensor naive = gpu_test::naive_forward_in_dtype(in, c.options);
+        EXPECT_EQ(test::count_nan(ours.o), 0) << "O has unwritten (NaN) elements";
+        const double err = test::relative_error(ours.o, ref.fwd.o);
+        const double naive_err = test::relative_error(naive, ref.fwd.o);
+        EXPECT_LE(err, 2.0 * naive_err + 0.25 * u)
+            << "naive error " << naive_err << "; " << test::worst_element(ours.o, ref.fwd.o);
+        EXPECT_LE(err, tol.o) << test::worst_element(ours.o, ref.fwd.o);
+        EXPECT_LE(test::max_scaled_error(ours.lse, ref.fwd.lse), tol.lse)
+            << test::worst_element(ours.lse, ref.fwd.lse);
+        if (::testing::Test::HasFailure()) return;
+      }
+}
+
 // A forced family that cannot run is an error naming the variable, never a silent switch.
 TEST(ForwardFamilies, BadFamilyNameIsAnError) {
   FLASHPP_SKIP_WITHOUT_GPU();

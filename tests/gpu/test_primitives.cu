@@ -38,7 +38,7 @@ namespace primitive_tests {
 // A Traits type with the members forward_steps.cuh reads; one warp owns kMTiles * 16 rows of a
 // query tile of kBlockRows rows (QTile: the block's whole tile, as in the kernels).
 template <int kMTiles_, int kNTiles_, int kDTiles_, bool kSkipUnchangedRescale_,
-          int kBlockRows = kMTiles_ * 16>
+          int kBlockRows = kMTiles_ * 16, int kRescaleSlackLog2_ = 0>
 struct StepTraits {
   using Element = __half;
   static constexpr int kMTiles = kMTiles_;
@@ -47,6 +47,7 @@ struct StepTraits {
   static constexpr int kBlockN = kNTiles * 8;
   static constexpr int kRowsPerWarp = kMTiles * 16;
   static constexpr bool kSkipUnchangedRescale = kSkipUnchangedRescale_;
+  static constexpr float kRescaleSlackLog2 = kRescaleSlackLog2_;
   using QTile = SwizzledTile<kBlockRows, (kDTiles * 8 + 31) / 32 * 32>;
 };
 
@@ -646,6 +647,174 @@ void check_online_softmax() {
 
 TEST(PrimitivesForwardSteps, OnlineSoftmaxAndRescale) { check_online_softmax<false>(); }
 TEST(PrimitivesForwardSteps, OnlineSoftmaxAndSkippedRescale) { check_online_softmax<true>(); }
+
+// ---- online_softmax_speculative over kSteps key tiles ----------------------------------------
+
+// One warp runs the sm90 forward's softmax sequence over kSteps key tiles of 32 rows: the classic
+// step first, then the speculative one, with an O of one column (O += P v, rescaled by each
+// step's correction as the kernel does); writes O / l and lse (natural log) per row and, per
+// step, which case the warp took (0 kept, 1 rescaled, 2 recomputed). The recompute callable
+// reads the tile's scores again, as the kernel's reads them from Q and K.
+template <typename Traits, int kSteps>
+__global__ void speculative_softmax_kernel(const float* scores, const float* values,
+                                           const int* sees, float scale_log2, float* o_out,
+                                           float* lse_out, int* case_out) {
+  constexpr int kRows = Traits::kRowsPerWarp, kKeys = Traits::kBlockN;
+  const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+  float row_max[Traits::kMTiles][2], row_sum[Traits::kMTiles][2], o[Traits::kMTiles][2];
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+    for (int h = 0; h < 2; ++h) row_max[mt][h] = -INFINITY, row_sum[mt][h] = 0.0f, o[mt][h] = 0.0f;
+  for (int step = 0; step < kSteps; ++step) {
+    float s[Traits::kMTiles][Traits::kNTiles][4];
+    auto load = [&](float (&x)[Traits::kMTiles][Traits::kNTiles][4]) {
+      for (int mt = 0; mt < Traits::kMTiles; ++mt)
+        for (int nt = 0; nt < Traits::kNTiles; ++nt)
+          for (int c = 0; c < 4; ++c)
+            x[mt][nt][c] = scores[(step * kRows + view_row(mt, c, g)) * kKeys + view_col(nt, c, t)];
+    };
+    load(s);
+    bool recomputed = false;
+    SoftmaxCorrection<Traits> correction;
+    if (step == 0) {
+      correction = online_softmax_update<Traits>(s, row_max, row_sum, scale_log2);
+    } else {
+      bool sees_tile[Traits::kMTiles][2];
+      for (int mt = 0; mt < Traits::kMTiles; ++mt)
+        for (int h = 0; h < 2; ++h) sees_tile[mt][h] = sees[step * kRows + mt * 16 + g + 8 * h] != 0;
+      correction = online_softmax_speculative<Traits>(
+          s, row_max, row_sum, sees_tile, scale_log2,
+          [&](float (&x)[Traits::kMTiles][Traits::kNTiles][4]) {
+            recomputed = true;
+            load(x);
+          });
+    }
+    if (lane == 0) case_out[step] = recomputed ? 2 : correction.max_moved ? 1 : 0;
+    for (int mt = 0; mt < Traits::kMTiles; ++mt)
+      for (int h = 0; h < 2; ++h) {
+        if (step > 0) o[mt][h] *= correction.factor[mt][h];
+        for (int nt = 0; nt < Traits::kNTiles; ++nt)
+          for (int c = 2 * h; c < 2 * h + 2; ++c)
+            o[mt][h] += s[mt][nt][c] * values[step * kKeys + view_col(nt, c, t)];
+      }
+  }
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+    for (int h = 0; h < 2; ++h) {
+      const float sum = quad_sum(row_sum[mt][h]), out = quad_sum(o[mt][h]);
+      if (t == 0) {
+        const int row = mt * 16 + g + 8 * h;
+        o_out[row] = sum > 0.0f ? out / sum : 0.0f;
+        lse_out[row] = sum > 0.0f ? row_max[mt][h] * (scale_log2 / kLog2e) + logf(sum) : -INFINITY;
+      }
+    }
+}
+
+// Rows built to take each case: `recompute_rows` false gives rows that stay within 2^100 (kept
+// and rescaled only), true adds rows whose scores jump past it (and a row without a reference
+// whose first visible scores lie 2^100 below 0).
+void check_speculative_softmax(bool recompute_rows) {
+  FLASHPP_SKIP_BELOW_SM80();
+  using Traits = StepTraits<2, 4, 2, true, 32, 8>;
+  constexpr int kSteps = 4, kRows = 32, kKeys = 32;
+  const float scale_log2 = kLog2e;  // scores in natural-log units
+  std::mt19937 rng(recompute_rows ? 29 : 23);
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  std::vector<float> scores(kSteps * kRows * kKeys), values(kSteps * kKeys);
+  for (float& x : scores) x = dist(rng);
+  for (float& x : values) x = dist(rng);
+  auto S = [&](int step, int row, int key) -> float& {
+    return scores[(step * kRows + row) * kKeys + key];
+  };
+  auto row_of = [&](int step, int row, float shift) {
+    for (int key = 0; key < kKeys; ++key) S(step, row, key) += shift;
+  };
+  auto hide = [&](int step, int row) {
+    for (int key = 0; key < kKeys; ++key) S(step, row, key) = -kInf;
+  };
+  row_of(1, 0, 20.0f), row_of(2, 0, 40.0f), row_of(3, 0, 40.0f);          // row 0: +20, +20, 0
+  hide(0, 2), hide(1, 2);                                                   // row 2: seen from step 2
+  for (int step = 0; step < kSteps; ++step) hide(step, 4);                  // row 4: never
+  hide(1, 5);                                                               // row 5: a hidden tile
+  for (int step = 1; step < kSteps; ++step) row_of(step, 6, 1.5f * step);   // row 6: in the slack
+  row_of(3, 7, -200.0f);                                                    // row 7: far below
+  for (int key = 0; key < kKeys; key += 3) S(2, 9, key) = -kInf;            // row 9: keys hidden
+  if (recompute_rows) {
+    row_of(2, 1, 300.0f);             // row 1: a jump of 2^433
+    hide(0, 3);                       // row 3: nothing, then scores e^-120 at step 1
+    row_of(1, 3, -120.0f);
+  }
+  std::vector<int> sees(kSteps * kRows);
+  for (int step = 0; step < kSteps; ++step)
+    for (int row = 0; row < kRows; ++row)
+      sees[step * kRows + row] = S(step, row, 0) != -kInf || S(step, row, 1) != -kInf;
+
+  DeviceBuffer ds(scores.size() * 4), dv(values.size() * 4), dsees(sees.size() * 4), dout(kRows * 4),
+      dlse(kRows * 4), dcase(kSteps * 4);
+  for (const DeviceBuffer* b : {&ds, &dv, &dsees, &dout, &dlse, &dcase}) ASSERT_TRUE(b->ok());
+  ds.upload(scores);
+  dv.upload(values);
+  dsees.upload(sees);
+  for (const DeviceBuffer* b : {&dout, &dlse, &dcase}) b->fill_bytes(0xFF);
+  speculative_softmax_kernel<Traits, kSteps><<<1, 32>>>(
+      static_cast<const float*>(ds.data()), static_cast<const float*>(dv.data()),
+      static_cast<const int*>(dsees.data()), scale_log2, static_cast<float*>(dout.data()),
+      static_cast<float*>(dlse.data()), static_cast<int*>(dcase.data()));
+  FLASHPP_LAUNCH_OK();
+  const auto out = dout.download<float>(kRows);
+  const auto lse = dlse.download<float>(kRows);
+  const auto cases = dcase.download<int>(kSteps);
+
+  // Which case each step should take, from the rule: a row keeps its reference (the max of the
+  // tile where it last moved) unless the tile's max exceeds it by more than the slack (8 in
+  // log2) or the row sees its first key; the warp rescales, or recomputes if such a row's largest
+  // P lies 2^100 or more from its reference (0 for a row without one).
+  std::vector<double> reference(kRows, -INFINITY);
+  for (int step = 0; step < kSteps; ++step) {
+    int want = 0;
+    for (int row = 0; row < kRows; ++row) {
+      double m = -INFINITY;
+      for (int key = 0; key < kKeys; ++key) m = std::max(m, static_cast<double>(S(step, row, key)));
+      if (m == -INFINITY) continue;
+      if (step == 0) {
+        reference[row] = m;
+        continue;
+      }
+      const bool has_reference = reference[row] != -INFINITY;
+      const double jump = (m - (has_reference ? reference[row] : 0.0)) * kLog2e;
+      if (!has_reference || jump > 8.0) {
+        want = std::max(want, std::abs(jump) < 100.0 ? 1 : 2);
+        reference[row] = m;
+      }
+    }
+    if (step > 0) EXPECT_EQ(cases[step], want) << "step " << step << " (0 kept, 1 rescaled, 2 recomputed)";
+  }
+  std::set<int> seen(cases.begin() + 1, cases.end());
+  EXPECT_TRUE(seen.count(0)) << "the kept case ran";
+  EXPECT_TRUE(seen.count(recompute_rows ? 2 : 1)) << (recompute_rows ? "the recomputed" : "the rescaled") << " case ran";
+  // O / l and lse against the softmax in double over all steps.
+  for (int row = 0; row < kRows; ++row) {
+    double m = -INFINITY;
+    for (int step = 0; step < kSteps; ++step)
+      for (int key = 0; key < kKeys; ++key) m = std::max(m, static_cast<double>(S(step, row, key)));
+    double l = 0.0, acc = 0.0;
+    for (int step = 0; step < kSteps && m != -INFINITY; ++step)
+      for (int key = 0; key < kKeys; ++key) {
+        const double w = std::exp(static_cast<double>(S(step, row, key)) - m);
+        l += w;
+        acc += w * values[step * kKeys + key];
+      }
+    const double want_o = l > 0.0 ? acc / l : 0.0;
+    const double want_lse = l > 0.0 ? m + std::log(l) : -INFINITY;
+    EXPECT_TRUE(gpu_test::near(out[row], want_o, 1e-4, 1e-5)) << "O row " << row << ": got " << out[row] << ", want " << want_o;
+    if (want_lse == -INFINITY) {
+      EXPECT_EQ(lse[row], -kInf) << "lse row " << row;
+    } else {
+      EXPECT_TRUE(gpu_test::near(lse[row], want_lse, 1e-5, 1e-4)) << "lse row " << row << ": got " << lse[row] << ", want " << want_lse;
+    }
+  }
+}
+
+TEST(PrimitivesForwardSteps, SpeculativeSoftmaxKeptAndRescaled) { check_speculative_softmax(false); }
+TEST(PrimitivesForwardSteps, SpeculativeSoftmaxRecomputed) { check_speculative_softmax(true); }
 
 // ---- apply_mask and apply_softcap ------------------------------------------------------------
 

@@ -43,6 +43,19 @@ __device__ __forceinline__ void apply_softcap(float (&s)[Traits::kMTiles][Traits
       for (int c = 0; c < 4; ++c) s[mt][nt][c] = outer * tanhf(s[mt][nt][c] * inner);
 }
 
+// The keys of a tile (key0 ..) that row i sees, relative to key0: [x, y], clamped into
+// [0, block_n] and [-1, block_n - 1] (same answers for every key of the tile, and 32 bits); the
+// row sees none of them when x > y.
+template <typename Traits>
+__device__ __forceinline__ int2 tile_key_bounds(const ForwardParams& p, std::int64_t i,
+                                                std::int64_t key0) {
+  constexpr std::int64_t n = Traits::kBlockN;
+  const std::int64_t lo64 = p.mask.first_key(i) - key0;
+  const std::int64_t hi64 = p.mask.last_key(i, p.k_len) - key0;
+  return make_int2(static_cast<int>(lo64 < 0 ? 0 : (lo64 > n ? n : lo64)),
+                   static_cast<int>(hi64 < -1 ? -1 : (hi64 >= n ? n - 1 : hi64)));
+}
+
 // Hidden elements (outside [0, Nk) or outside the causal/window band) become -inf. Called only
 // on tiles that are not fully visible. Each row sees one contiguous key range
 // [first_key(i), last_key(i)] (the mask's rule, clipped to [0, Nk)); it is turned once per row
@@ -56,12 +69,8 @@ __device__ __forceinline__ void apply_mask(float (&s)[Traits::kMTiles][Traits::k
   for (int mt = 0; mt < Traits::kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const std::int64_t i = row0 + mt * 16 + g + 8 * half;
-      const std::int64_t lo64 = p.mask.first_key(i) - key0;
-      const std::int64_t hi64 = p.mask.last_key(i, p.k_len) - key0;
-      // Clamped into [-1, block_n]: same answers for every key of the tile, and fits 32 bits.
-      const int lo = static_cast<int>(lo64 < 0 ? 0 : (lo64 > Traits::kBlockN ? Traits::kBlockN : lo64));
-      const int hi = static_cast<int>(hi64 < -1 ? -1 : (hi64 >= Traits::kBlockN ? Traits::kBlockN - 1 : hi64));
+      const int2 bounds = tile_key_bounds<Traits>(p, row0 + mt * 16 + g + 8 * half, key0);
+      const int lo = bounds.x, hi = bounds.y;
 #pragma unroll
       for (int nt = 0; nt < Traits::kNTiles; ++nt)
 #pragma unroll
@@ -87,6 +96,9 @@ struct SoftmaxCorrection {
 // product still running into O has landed (sm90).
 // row_max is in raw score units; row_sum is this lane's partial sum (reduced over the quad once,
 // at the end). A row whose max is still -inf uses 0 as its reference, so P = 0, not NaN.
+// Traits::kRescaleSlackLog2 > 0 makes row_max a reference rather than the exact running max: it
+// moves only when the tile's max exceeds it by more than the slack (in log2 units of P), so that
+// P <= 2^slack; lse and O's normalisation use the reference, and most tiles need no rescale.
 template <typename Traits>
 __device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_update(
     float (&s)[Traits::kMTiles][Traits::kNTiles][4], float (&row_max)[Traits::kMTiles][2],
@@ -101,7 +113,11 @@ __device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_update(
       for (int nt = 0; nt < Traits::kNTiles; ++nt)
         tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
       tile_max = quad_max(tile_max);
-      const float new_max = fmaxf(row_max[mt][half], tile_max);
+      float new_max = fmaxf(row_max[mt][half], tile_max);
+      // With a slack, a row keeps its reference while the tile's largest P stays <= 2^slack.
+      if (Traits::kRescaleSlackLog2 > 0.0f &&
+          (new_max - row_max[mt][half]) * scale_log2 <= Traits::kRescaleSlackLog2)
+        new_max = row_max[mt][half];
       const float reference = new_max == -INFINITY ? 0.0f : new_max;
       correction.factor[mt][half] = fast_exp2((row_max[mt][half] - reference) * scale_log2);
       correction.max_moved |= new_max != row_max[mt][half];
@@ -122,14 +138,250 @@ __device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_update(
   return correction;
 }
 
+// The online softmax with its exponentials started before the tile's max is known (the sm90
+// forward, from its second key tile on; Traits::kRescaleSlackLog2 > 0). The classic step
+// (online_softmax_update) cannot start an exp2 until the row max of the tile is reduced, a chain
+// of dependent FMNMX and two shuffles on the critical path of every tile. Here each exp2 takes the
+// row's current reference (row_max; 0 while it is -inf), and the largest P of the row is reduced
+// after them. Then, per warp (a uniform branch):
+//   kept:       every row's largest P is at most 2^slack (a row without a reference: it sees no
+//               key of the tile): P is final, no rescale. Almost every tile after the first.
+//   rescaled:   a row rose further, or saw its first visible key, with 2^-100 < largest P <
+//               2^100: its P, partial sum and O are scaled by 1 / (largest P), and its reference
+//               moves by log2 of it. Exact up to the rounding of one more multiply.
+//   recomputed: a row whose P may have overflowed or underflowed entirely (scores that jump by
+//               2^100 or more: never ordinary data): `recompute(s)` writes the tile's scores
+//               again (with the same softcap and mask), such rows take the tile's max as their
+//               reference, and the exponentials run once more (every row is then kept).
+// sees_tile: whether each row sees a key of the tile (only read for rows without a reference).
+// The returned correction's max_moved is the same in every lane of the warp.
+inline constexpr float kSpeculationRange = 100.0f;  // |log2 P| of the rescaled path
+
+constexpr float pow2(int e) { return e <= 0 ? 1.0f : 2.0f * pow2(e - 1); }
+
+// What one speculative pass over a tile found: per row, this lane's partial sum and largest P;
+// whether this lane's elements keep their rows' references; then (judge_rows) per row.
+template <typename Traits>
+struct SpeculativePass {
+  float sum[Traits::kMTiles][2], largest[Traits::kMTiles][2];
+  bool kept = true;  // this lane's elements
+  // judge_rows: per row (quad-reduced).
+  float jump[Traits::kMTiles][2];
+  bool row_kept[Traits::kMTiles][2];
+  bool rescalable = true;
+};
+
+// The exponentials from each row's current reference (0 while it has none), then the largest P.
+template <typename Traits>
+__device__ __forceinline__ SpeculativePass<Traits> speculative_pass(
+    float (&s)[Traits::kMTiles][Traits::kNTiles][4], const float (&row_max)[Traits::kMTiles][2],
+    const bool (&sees_tile)[Traits::kMTiles][2], float scale_log2) {
+  SpeculativePass<Traits> pass;
+  float largest[Traits::kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float reference = row_max[mt][half] == -INFINITY ? 0.0f : row_max[mt][half];
+      const float offset = -reference * scale_log2;
+      float m = 0.0f, partial = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < Traits::kNTiles; ++nt)
+#pragma unroll
+        for (int c = 2 * half; c < 2 * half + 2; ++c) {
+          s[mt][nt][c] = fast_exp2(fmaf(s[mt][nt][c], scale_log2, offset));
+          partial += s[mt][nt][c];
+          m = fmaxf(m, s[mt][nt][c]);
+        }
+      largest[mt][half] = m;
+      pass.sum[mt][half] = partial;
+    }
+  // Whether this lane's elements keep their rows' references: no shuffle before the warp's vote.
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      pass.largest[mt][half] = largest[mt][half];
+      pass.kept &= row_max[mt][half] != -INFINITY
+                       ? largest[mt][half] <= pow2(static_cast<int>(Traits::kRescaleSlackLog2))
+                       : !sees_tile[mt][half];
+    }
+  return pass;
+}
+
+// After a vote that not every row kept its reference: each row's verdict (quad-reduced largest
+// P), log2 of its largest P, and whether a rescale can repair every row of this lane.
+template <typename Traits>
+__device__ __forceinline__ void judge_rows(SpeculativePass<Traits>& pass,
+                                           const float (&row_max)[Traits::kMTiles][2],
+                                           const bool (&sees_tile)[Traits::kMTiles][2]) {
+  pass.rescalable = true;
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float m = quad_max(pass.largest[mt][half]);
+      const bool row_kept = row_max[mt][half] != -INFINITY
+                                ? m <= pow2(static_cast<int>(Traits::kRescaleSlackLog2))
+                                : !sees_tile[mt][half];
+      const float jump = fast_log2(m);  // +-inf for P = inf or 0
+      pass.jump[mt][half] = jump;
+      pass.row_kept[mt][half] = row_kept;
+      pass.rescalable &= row_kept || (jump < kSpeculationRange && jump > -kSpeculationRange);
+    }
+}
+
+// The rescaled and recomputed cases of online_softmax_speculative (below), off its hot path.
+template <typename Traits, typename Recompute>
+__device__ __forceinline__ void speculation_missed(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
+                                                   float (&row_max)[Traits::kMTiles][2],
+                                                   float (&row_sum)[Traits::kMTiles][2],
+                                                   const float (&previous_sum)[Traits::kMTiles][2],
+                                                   const bool (&sees_tile)[Traits::kMTiles][2],
+                                                   float scale_log2, SpeculativePass<Traits>& pass,
+                                                   SoftmaxCorrection<Traits>& correction,
+                                                   Recompute&& recompute) {
+  correction.max_moved = true;
+  judge_rows<Traits>(pass, row_max, sees_tile);
+  if (__all_sync(0xffffffffu, pass.rescalable)) {
+#pragma unroll
+    for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        // P, the sums and O (zero while the row had no reference) all scale by 2^-jump, and the
+        // reference moves up by jump (in score units).
+        const bool moved = !pass.row_kept[mt][half];
+        const float jump = pass.jump[mt][half];
+        const float factor = moved ? fast_exp2(-jump) : 1.0f;
+        if (moved) {
+          const float reference = row_max[mt][half] == -INFINITY ? 0.0f : row_max[mt][half];
+          row_max[mt][half] = jump == 0.0f ? reference : reference + jump / scale_log2;
+        }
+        row_sum[mt][half] *= factor;  // the tile's sum already in (online_softmax_speculative)
+        correction.factor[mt][half] = factor;
+#pragma unroll
+        for (int nt = 0; nt < Traits::kNTiles; ++nt)
+#pragma unroll
+          for (int c = 2 * half; c < 2 * half + 2; ++c) s[mt][nt][c] *= factor;
+      }
+    return;
+  }
+  // Recomputed: the rows that moved take the tile's max as their reference (O and the sums
+  // follow; the factor is 0 for a jump past float's range), and the exponentials run again.
+  recompute(s);
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < Traits::kNTiles; ++nt)
+        tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+      tile_max = quad_max(tile_max);
+      float factor = 1.0f;
+      if (!pass.row_kept[mt][half]) {
+        const float reference = fmaxf(row_max[mt][half], tile_max);
+        factor = row_max[mt][half] == -INFINITY
+                     ? 0.0f
+                     : fast_exp2((row_max[mt][half] - reference) * scale_log2);
+        row_max[mt][half] = reference;
+      }
+      row_sum[mt][half] = previous_sum[mt][half] * factor;
+      correction.factor[mt][half] = factor;
+    }
+  const SpeculativePass<Traits> again = speculative_pass<Traits>(s, row_max, sees_tile, scale_log2);
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) row_sum[mt][half] += again.sum[mt][half];
+}
+
+template <typename Traits, typename Recompute>
+__device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_speculative(
+    float (&s)[Traits::kMTiles][Traits::kNTiles][4], float (&row_max)[Traits::kMTiles][2],
+    float (&row_sum)[Traits::kMTiles][2], const bool (&sees_tile)[Traits::kMTiles][2],
+    float scale_log2, Recompute&& recompute) {
+  static_assert(Traits::kRescaleSlackLog2 > 0.0f, "the kept path needs a slack");
+  SoftmaxCorrection<Traits> correction;
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt) {
+    correction.factor[mt][0] = correction.factor[mt][1] = 1.0f;
+  }
+  SpeculativePass<Traits> pass = speculative_pass<Traits>(s, row_max, sees_tile, scale_log2);
+  // The sums are added before the vote (the empty asm keeps the compiler from sinking the adds
+  // into the branches, where they would wait for the vote).
+  float previous_sum[Traits::kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      previous_sum[mt][half] = row_sum[mt][half];
+      row_sum[mt][half] += pass.sum[mt][half];
+      asm volatile("" : "+f"(row_sum[mt][half]));
+    }
+  if (!__builtin_expect(__all_sync(0xffffffffu, pass.kept), 1)) {
+    speculation_missed<Traits>(s, row_max, row_sum, previous_sum, sees_tile, scale_log2, pass,
+                               correction, recompute);
+  }
+  return correction;
+}
+
+// The raw scores of one tile again, from global memory, in the row view: Q rows row0 + ... of
+// (b, h) against K rows key0 + ... of (b, h_kv), float32 products and sums; 0 outside Nq x Nk
+// (the caller masks). For online_softmax_speculative's recomputed path only: slow (every lane
+// reads its rows of Q and K from L2, one element at a time, through a local array, so that the
+// loop's code stays small beside the hot path it sits in).
+template <typename Traits>
+__device__ __forceinline__ void recompute_scores(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
+                                                 const ForwardParams& p, std::int64_t b,
+                                                 std::int64_t h, std::int64_t h_kv,
+                                                 std::int64_t row0, std::int64_t key0, int lane) {
+  using Element = typename Traits::Element;
+  constexpr int kElements = Traits::kMTiles * Traits::kNTiles * 4;
+  const int g = lane >> 2, t = lane & 3;
+  const auto* q = static_cast<const Element*>(p.q) + b * p.q_strides.batch + h * p.q_strides.head;
+  const auto* k =
+      static_cast<const Element*>(p.k) + b * p.k_strides.batch + h_kv * p.k_strides.head;
+  float scores[kElements];
+#pragma unroll 1
+  for (int e = 0; e < kElements; ++e) {
+    const int mt = e / (Traits::kNTiles * 4), nt = (e / 4) % Traits::kNTiles, c = e % 4;
+    const std::int64_t i = row0 + mt * 16 + g + 8 * (c >> 1);
+    const std::int64_t j = key0 + nt * 8 + 2 * t + (c & 1);
+    float dot = 0.0f;
+    if (i < p.q_len && j < p.k_len) {
+      const Element* qi = q + i * p.q_strides.row;
+      const Element* kj = k + j * p.k_strides.row;
+#pragma unroll 1
+      for (int d = 0; d < p.head_dim; d += 2) {
+        const float2 a = unpack_pair<Element>(*reinterpret_cast<const std::uint32_t*>(qi + d));
+        const float2 e2 = unpack_pair<Element>(*reinterpret_cast<const std::uint32_t*>(kj + d));
+        dot = fmaf(a.x, e2.x, dot);
+        dot = fmaf(a.y, e2.y, dot);
+      }
+    }
+    scores[e] = dot;
+  }
+#pragma unroll
+  for (int mt = 0; mt < Traits::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < Traits::kNTiles; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[mt][nt][c] = scores[(mt * Traits::kNTiles + nt) * 4 + c];
+}
+
 // O *= the online softmax's correction, per row. Rescaling O costs one FMUL per accumulator (as
 // many as the scores of a tile at D=128). Once the running maxima settle, most tiles raise none of
 // a warp's rows, and the correction is exactly 1: the warp then skips the whole rescale (a
-// warp-uniform branch).
-template <typename Traits>
+// warp-uniform branch). kUniform: max_moved is already the same in every lane of the warp
+// (online_softmax_speculative), so no vote.
+template <typename Traits, bool kUniform = false>
 __device__ __forceinline__ void rescale_output(float (&o)[Traits::kMTiles][Traits::kDTiles][4],
                                                const SoftmaxCorrection<Traits>& correction) {
-  if (!Traits::kSkipUnchangedRescale || __any_sync(0xffffffffu, correction.max_moved)) {
+  const bool needed = kUniform ? correction.max_moved
+                               : !Traits::kSkipUnchangedRescale ||
+                                     __any_sync(0xffffffffu, correction.max_moved);
+  if (needed) {
 #pragma unroll
     for (int mt = 0; mt < Traits::kMTiles; ++mt)
 #pragma unroll

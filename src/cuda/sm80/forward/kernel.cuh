@@ -50,6 +50,7 @@ struct ForwardTraits {
   // gain where O is large next to the score tile (D >= 128); at D = 64 the vote and branch cost
   // more than the FMULs they save (measured, docs/perf-notes.md).
   static constexpr bool kSkipUnchangedRescale = kHeadDim >= 128;
+  static constexpr float kRescaleSlackLog2 = 0.0f;  // the exact running max (forward_steps.cuh)
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRowsPerWarp = kBlockM / kWarps;
   static constexpr int kMTiles = kRowsPerWarp / 16;  // 16-row mma tiles per warp

@@ -76,6 +76,9 @@ struct Sm90ForwardParams {
 #define FLASHPP_FWD_STAMP(item, role, event, value) ((void)sizeof((item) + (role)))
 #endif
 
+#ifndef FLASHPP_SM90_FWD_SPECULATIVE
+#define FLASHPP_SM90_FWD_SPECULATIVE 1
+#endif
 #ifndef FLASHPP_SM90_FWD_DIRECT_O
 #define FLASHPP_SM90_FWD_DIRECT_O -1
 #endif
@@ -98,6 +101,12 @@ struct Sm90ForwardTraits {
   static constexpr int kNTiles = kBlockN / 8;
   static constexpr int kDTiles = kHeadDim / 8;
   static constexpr bool kSkipUnchangedRescale = kHeadDim >= 128;
+  // The softmax's reference max moves only when a tile's P would exceed 2^8 (P stays in range for
+  // fp16 and bf16), and from the second key tile on the exponentials start before the tile's max
+  // is reduced (online_softmax_speculative). FLASHPP_SM90_FWD_SPECULATIVE=0 (a compile
+  // definition) gives the classic step with the exact running max.
+  static constexpr bool kSpeculativeSoftmax = FLASHPP_SM90_FWD_SPECULATIVE != 0;
+  static constexpr float kRescaleSlackLog2 = kSpeculativeSoftmax ? 8.0f : 0.0f;
 
   using QTile = SwizzledTile<kBlockM, kPaddedHeadDim>;
   using KVTile = SwizzledTile<kBlockN, kPaddedHeadDim>;
@@ -245,6 +254,13 @@ enum class ScoreExtras { none, dropout, softcap_dropout };
 template <typename Traits, ScoreExtras kExtras>
 inline constexpr bool kTakesTurns =
     FLASHPP_SM90_PINGPONG != 0 && !(kExtras == ScoreExtras::dropout && Traits::kHeadDim <= 64);
+
+// Whether an instantiation runs the speculative softmax (Traits::kSpeculativeSoftmax): not the
+// D=64 dropout kernels (-5..-8% there, session 28 run 9; they keep the classic step, with the
+// reference's slack).
+template <typename Traits, ScoreExtras kExtras>
+inline constexpr bool kSpeculates =
+    Traits::kSpeculativeSoftmax && !(kExtras != ScoreExtras::none && Traits::kHeadDim <= 64);
 
 // The work item of this block: which query tile of which (batch, head), and its key tiles.
 struct ForwardTile {
@@ -660,13 +676,36 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     const bool dropout = kExtras != ScoreExtras::none && p.dropout.threshold != 0;
     DropoutSigns<Traits> keep;  // the dropout decisions of the latest score tile
     // The element-wise steps of one score tile, in the paper's order; the rescale of O they ask
-    // for comes back in `correction` (1 for the first tile, whose O is still zero).
-    auto softmax_steps = [&](float (&s)[1][Traits::kNTiles][4], std::int64_t n_block) {
+    // for comes back in `correction` (1 for the first tile, whose O is still zero). `first`: the
+    // item's first key tile (no reference max yet: the classic softmax step).
+    auto softmax_steps = [&](float (&s)[1][Traits::kNTiles][4], std::int64_t n_block, auto first) {
       const std::int64_t n0 = n_block * Traits::kBlockN;
-      if (kSoftcap && p.softcap > 0.0f) apply_softcap<Traits>(s, p);
-      if (tile.keys.needs_mask(n_block)) apply_mask<Traits>(s, p, row0, n0, lane);
-      const SoftmaxCorrection<Traits> correction =
-          online_softmax_update<Traits>(s, row_max, row_sum, p.scale_log2);
+      const bool masked = tile.keys.needs_mask(n_block);
+      auto score_extras = [&](float (&x)[1][Traits::kNTiles][4]) {
+        if (kSoftcap && p.softcap > 0.0f) apply_softcap<Traits>(x, p);
+        if (masked) apply_mask<Traits>(x, p, row0, n0, lane);
+      };
+      score_extras(s);
+      SoftmaxCorrection<Traits> correction;
+      if constexpr (kSpeculates<Traits, kExtras> && !decltype(first)::value) {
+        bool sees_tile[1][2] = {{true, true}};  // every key of an unmasked tile is visible
+        if (masked) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int2 bounds = tile_key_bounds<Traits>(p, row0 + (lane >> 2) + 8 * half, n0);
+            sees_tile[0][half] = bounds.x <= bounds.y;
+          }
+        }
+        correction = online_softmax_speculative<Traits>(
+            s, row_max, row_sum, sees_tile, p.scale_log2, [&](float (&x)[1][Traits::kNTiles][4]) {
+              // The KV head from the query head: a handed-over item does not carry it.
+              recompute_scores<Traits>(x, p, tile.b, tile.h, tile.h / p.heads_per_kv, row0, n0,
+                                       lane);
+              score_extras(x);
+            });
+      } else {
+        correction = online_softmax_update<Traits>(s, row_max, row_sum, p.scale_log2);
+      }
       if (dropout) {
         if constexpr (kDropoutBySigns<Traits>) {
           dropout_signs<Traits>(keep, p, bh32, row0, n0, lane);
@@ -705,7 +744,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
       FLASHPP_FWD_STAMP(items_done, role, s0_done, clock64());
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
       release_buffer(smem.k_empty(stage_of(0)), lane);
-      softmax_steps(s, tile.keys.end - 1);  // O is still zero: no rescale
+      softmax_steps(s, tile.keys.end - 1, std::true_type{});  // O is still zero: no rescale
       prepare_p(s[0]);
       FLASHPP_FWD_STAMP(items_done, role, p0_ready, clock64());
     }
@@ -721,7 +760,8 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
       ptx::wgmma_wait<1>();  // S(j) has landed; P(j-1) V(j-1) may still run
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
       release_buffer(smem.k_empty(stage), lane);
-      const SoftmaxCorrection<Traits> correction = softmax_steps(s, tile.keys.end - 1 - j);
+      const SoftmaxCorrection<Traits> correction =
+          softmax_steps(s, tile.keys.end - 1 - j, std::false_type{});
       // The softmax overlaps P V only if ptxas keeps it above the wait (perf-notes: "softmax
       // anchor"); a plain wait is hoisted above it.
       if constexpr (Traits::kHeadDim >= FLASHPP_SOFTMAX_ANCHOR_MIN_D) {
@@ -732,7 +772,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o));
       ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockN / 4]>(p_frag));
       release_buffer(smem.v_empty(prev_stage), lane);
-      rescale_output<Traits>(o, correction);
+      rescale_output<Traits, kSpeculates<Traits, kExtras>>(o, correction);
       prepare_p(s[0]);
     }
     // Every S = Q K^T of this item has completed (waited above): Q may take the next item's
