@@ -650,12 +650,13 @@ TEST(PrimitivesForwardSteps, OnlineSoftmaxAndSkippedRescale) { check_online_soft
 
 // ---- online_softmax_speculative over kSteps key tiles ----------------------------------------
 
-// One warp runs the sm90 forward's softmax sequence over kSteps key tiles of 32 rows: the classic
+// One warp runs the sm90 forward's softmax sequence over kSteps key tiles of 32 rows (the vote on
+// the lanes' sums of P, or, kSumVote = false, on their largest P): the classic
 // step first, then the speculative one, with an O of one column (O += P v, rescaled by each
 // step's correction as the kernel does); writes O / l and lse (natural log) per row and, per
 // step, which case the warp took (0 kept, 1 rescaled, 2 recomputed). The recompute callable
 // reads the tile's scores again, as the kernel's reads them from Q and K.
-template <typename Traits, int kSteps>
+template <typename Traits, int kSteps, bool kSumVote>
 __global__ void speculative_softmax_kernel(const float* scores, const float* values,
                                            const int* sees, float scale_log2, float* o_out,
                                            float* lse_out, int* case_out) {
@@ -681,7 +682,7 @@ __global__ void speculative_softmax_kernel(const float* scores, const float* val
       bool sees_tile[Traits::kMTiles][2];
       for (int mt = 0; mt < Traits::kMTiles; ++mt)
         for (int h = 0; h < 2; ++h) sees_tile[mt][h] = sees[step * kRows + mt * 16 + g + 8 * h] != 0;
-      correction = online_softmax_speculative<Traits>(
+      correction = online_softmax_speculative<Traits, kSumVote>(
           s, row_max, row_sum, sees_tile, scale_log2,
           [&](float (&x)[Traits::kMTiles][Traits::kNTiles][4]) {
             recomputed = true;
@@ -711,6 +712,7 @@ __global__ void speculative_softmax_kernel(const float* scores, const float* val
 // Rows built to take each case: `recompute_rows` false gives rows that stay within 2^100 (kept
 // and rescaled only), true adds rows whose scores jump past it (and a row without a reference
 // whose first visible scores lie 2^100 below 0).
+template <bool kSumVote>
 void check_speculative_softmax(bool recompute_rows) {
   FLASHPP_SKIP_BELOW_SM80();
   using Traits = StepTraits<2, 4, 2, true, 32, 8>;
@@ -754,7 +756,7 @@ void check_speculative_softmax(bool recompute_rows) {
   dv.upload(values);
   dsees.upload(sees);
   for (const DeviceBuffer* b : {&dout, &dlse, &dcase}) b->fill_bytes(0xFF);
-  speculative_softmax_kernel<Traits, kSteps><<<1, 32>>>(
+  speculative_softmax_kernel<Traits, kSteps, kSumVote><<<1, 32>>>(
       static_cast<const float*>(ds.data()), static_cast<const float*>(dv.data()),
       static_cast<const int*>(dsees.data()), scale_log2, static_cast<float*>(dout.data()),
       static_cast<float*>(dlse.data()), static_cast<int*>(dcase.data()));
@@ -813,8 +815,13 @@ void check_speculative_softmax(bool recompute_rows) {
   }
 }
 
-TEST(PrimitivesForwardSteps, SpeculativeSoftmaxKeptAndRescaled) { check_speculative_softmax(false); }
-TEST(PrimitivesForwardSteps, SpeculativeSoftmaxRecomputed) { check_speculative_softmax(true); }
+TEST(PrimitivesForwardSteps, SpeculativeSoftmaxKeptAndRescaled) { check_speculative_softmax<true>(false); }
+TEST(PrimitivesForwardSteps, SpeculativeSoftmaxRecomputed) { check_speculative_softmax<true>(true); }
+// The vote on each lane's largest P (the dropout kernels' form).
+TEST(PrimitivesForwardSteps, SpeculativeSoftmaxMaxVoteKeptAndRescaled) {
+  check_speculative_softmax<false>(false);
+}
+TEST(PrimitivesForwardSteps, SpeculativeSoftmaxMaxVoteRecomputed) { check_speculative_softmax<false>(true); }
 
 // ---- apply_mask and apply_softcap ------------------------------------------------------------
 

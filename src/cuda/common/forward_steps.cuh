@@ -142,10 +142,11 @@ __device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_update(
 // forward, from its second key tile on; Traits::kRescaleSlackLog2 > 0). The classic step
 // (online_softmax_update) cannot start an exp2 until the row max of the tile is reduced, a chain
 // of dependent FMNMX and two shuffles on the critical path of every tile. Here each exp2 takes the
-// row's current reference (row_max; 0 while it is -inf), and the largest P of the row is reduced
-// after them. Then, per warp (a uniform branch):
-//   kept:       every row's largest P is at most 2^slack (a row without a reference: it sees no
-//               key of the tile): P is final, no rescale. Almost every tile after the first.
+// row's current reference (row_max; 0 while it is -inf), and nothing waits for the tile's max.
+// Then, per warp (a uniform branch), from the lanes' partial sums of P (no P exceeds them):
+//   kept:       every lane's sums are at most 2^slack (a row without a reference: it sees no key
+//               of the tile), or, after a quad max, every row's largest P is: P is final, no
+//               rescale. Almost every tile after the first, with nothing but the sums and a vote.
 //   rescaled:   a row rose further, or saw its first visible key, with 2^-100 < largest P <
 //               2^100: its P, partial sum and O are scaled by 1 / (largest P), and its reference
 //               moves by log2 of it. Exact up to the rounding of one more multiply.
@@ -153,17 +154,19 @@ __device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_update(
 //               2^100 or more: never ordinary data): `recompute(s)` writes the tile's scores
 //               again (with the same softcap and mask), such rows take the tile's max as their
 //               reference, and the exponentials run once more (every row is then kept).
+// kSumVote = false: the vote asks each lane's largest P instead of its sums (one FMNMX an element
+// more; the sm90 dropout kernel at D=128 ran 14% slower with the sums, session 28 run 15).
 // sees_tile: whether each row sees a key of the tile (only read for rows without a reference).
 // The returned correction's max_moved is the same in every lane of the warp.
 inline constexpr float kSpeculationRange = 100.0f;  // |log2 P| of the rescaled path
 
 constexpr float pow2(int e) { return e <= 0 ? 1.0f : 2.0f * pow2(e - 1); }
 
-// What one speculative pass over a tile found: per row, this lane's partial sum and largest P;
-// whether this lane's elements keep their rows' references; then (judge_rows) per row.
+// What one speculative pass over a tile found: per row, this lane's partial sum of P; whether
+// this lane's sums keep their rows' references; then (judge_rows) per row.
 template <typename Traits>
 struct SpeculativePass {
-  float sum[Traits::kMTiles][2], largest[Traits::kMTiles][2];
+  float sum[Traits::kMTiles][2], largest[Traits::kMTiles][2];  // largest: kSumVote = false only
   bool kept = true;  // this lane's elements
   // judge_rows: per row (quad-reduced).
   float jump[Traits::kMTiles][2];
@@ -171,13 +174,13 @@ struct SpeculativePass {
   bool rescalable = true;
 };
 
-// The exponentials from each row's current reference (0 while it has none), then the largest P.
-template <typename Traits>
+// The exponentials from each row's current reference (0 while it has none), and their sums
+// (kSumVote = false: and their max, which the vote then asks instead of the sums).
+template <typename Traits, bool kSumVote>
 __device__ __forceinline__ SpeculativePass<Traits> speculative_pass(
     float (&s)[Traits::kMTiles][Traits::kNTiles][4], const float (&row_max)[Traits::kMTiles][2],
     const bool (&sees_tile)[Traits::kMTiles][2], float scale_log2) {
   SpeculativePass<Traits> pass;
-  float largest[Traits::kMTiles][2];
 #pragma unroll
   for (int mt = 0; mt < Traits::kMTiles; ++mt)
 #pragma unroll
@@ -191,19 +194,20 @@ __device__ __forceinline__ SpeculativePass<Traits> speculative_pass(
         for (int c = 2 * half; c < 2 * half + 2; ++c) {
           s[mt][nt][c] = fast_exp2(fmaf(s[mt][nt][c], scale_log2, offset));
           partial += s[mt][nt][c];
-          m = fmaxf(m, s[mt][nt][c]);
+          if (!kSumVote) m = fmaxf(m, s[mt][nt][c]);
         }
-      largest[mt][half] = m;
+      pass.largest[mt][half] = m;
       pass.sum[mt][half] = partial;
     }
-  // Whether this lane's elements keep their rows' references: no shuffle before the warp's vote.
+  // Whether this lane's elements keep their rows' references, from its partial sums (no P is
+  // larger than the sum of them all): no max and no shuffle before the warp's vote.
 #pragma unroll
   for (int mt = 0; mt < Traits::kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      pass.largest[mt][half] = largest[mt][half];
       pass.kept &= row_max[mt][half] != -INFINITY
-                       ? largest[mt][half] <= pow2(static_cast<int>(Traits::kRescaleSlackLog2))
+                       ? (kSumVote ? pass.sum[mt][half] : pass.largest[mt][half]) <=
+                             pow2(static_cast<int>(Traits::kRescaleSlackLog2))
                        : !sees_tile[mt][half];
     }
   return pass;
@@ -211,8 +215,9 @@ __device__ __forceinline__ SpeculativePass<Traits> speculative_pass(
 
 // After a vote that not every row kept its reference: each row's verdict (quad-reduced largest
 // P), log2 of its largest P, and whether a rescale can repair every row of this lane.
-template <typename Traits>
+template <typename Traits, bool kSumVote>
 __device__ __forceinline__ void judge_rows(SpeculativePass<Traits>& pass,
+                                           const float (&s)[Traits::kMTiles][Traits::kNTiles][4],
                                            const float (&row_max)[Traits::kMTiles][2],
                                            const bool (&sees_tile)[Traits::kMTiles][2]) {
   pass.rescalable = true;
@@ -220,7 +225,14 @@ __device__ __forceinline__ void judge_rows(SpeculativePass<Traits>& pass,
   for (int mt = 0; mt < Traits::kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const float m = quad_max(pass.largest[mt][half]);
+      float largest = pass.largest[mt][half];
+      if (kSumVote) {
+        largest = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < Traits::kNTiles; ++nt)
+          largest = fmaxf(largest, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+      }
+      const float m = quad_max(largest);
       const bool row_kept = row_max[mt][half] != -INFINITY
                                 ? m <= pow2(static_cast<int>(Traits::kRescaleSlackLog2))
                                 : !sees_tile[mt][half];
@@ -232,7 +244,7 @@ __device__ __forceinline__ void judge_rows(SpeculativePass<Traits>& pass,
 }
 
 // The rescaled and recomputed cases of online_softmax_speculative (below), off its hot path.
-template <typename Traits, typename Recompute>
+template <typename Traits, bool kSumVote, typename Recompute>
 __device__ __forceinline__ void speculation_missed(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
                                                    float (&row_max)[Traits::kMTiles][2],
                                                    float (&row_sum)[Traits::kMTiles][2],
@@ -241,8 +253,16 @@ __device__ __forceinline__ void speculation_missed(float (&s)[Traits::kMTiles][T
                                                    float scale_log2, SpeculativePass<Traits>& pass,
                                                    SoftmaxCorrection<Traits>& correction,
                                                    Recompute&& recompute) {
+  judge_rows<Traits, kSumVote>(pass, s, row_max, sees_tile);
+  if constexpr (kSumVote) {
+    bool rows_kept = true;
+#pragma unroll
+    for (int mt = 0; mt < Traits::kMTiles; ++mt) {
+      rows_kept &= pass.row_kept[mt][0] && pass.row_kept[mt][1];
+    }
+    if (__all_sync(0xffffffffu, rows_kept)) return;  // only the sums were large: kept after all
+  }
   correction.max_moved = true;
-  judge_rows<Traits>(pass, row_max, sees_tile);
   if (__all_sync(0xffffffffu, pass.rescalable)) {
 #pragma unroll
     for (int mt = 0; mt < Traits::kMTiles; ++mt)
@@ -289,14 +309,15 @@ __device__ __forceinline__ void speculation_missed(float (&s)[Traits::kMTiles][T
       row_sum[mt][half] = previous_sum[mt][half] * factor;
       correction.factor[mt][half] = factor;
     }
-  const SpeculativePass<Traits> again = speculative_pass<Traits>(s, row_max, sees_tile, scale_log2);
+  const SpeculativePass<Traits> again =
+      speculative_pass<Traits, kSumVote>(s, row_max, sees_tile, scale_log2);
 #pragma unroll
   for (int mt = 0; mt < Traits::kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) row_sum[mt][half] += again.sum[mt][half];
 }
 
-template <typename Traits, typename Recompute>
+template <typename Traits, bool kSumVote = true, typename Recompute>
 __device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_speculative(
     float (&s)[Traits::kMTiles][Traits::kNTiles][4], float (&row_max)[Traits::kMTiles][2],
     float (&row_sum)[Traits::kMTiles][2], const bool (&sees_tile)[Traits::kMTiles][2],
@@ -307,7 +328,7 @@ __device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_speculative(
   for (int mt = 0; mt < Traits::kMTiles; ++mt) {
     correction.factor[mt][0] = correction.factor[mt][1] = 1.0f;
   }
-  SpeculativePass<Traits> pass = speculative_pass<Traits>(s, row_max, sees_tile, scale_log2);
+  SpeculativePass<Traits> pass = speculative_pass<Traits, kSumVote>(s, row_max, sees_tile, scale_log2);
   // The sums are added before the vote (the empty asm keeps the compiler from sinking the adds
   // into the branches, where they would wait for the vote).
   float previous_sum[Traits::kMTiles][2];
@@ -320,8 +341,8 @@ __device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_speculative(
       asm volatile("" : "+f"(row_sum[mt][half]));
     }
   if (!__builtin_expect(__all_sync(0xffffffffu, pass.kept), 1)) {
-    speculation_missed<Traits>(s, row_max, row_sum, previous_sum, sees_tile, scale_log2, pass,
-                               correction, recompute);
+    speculation_missed<Traits, kSumVote>(s, row_max, row_sum, previous_sum, sees_tile, scale_log2,
+                                         pass, correction, recompute);
   }
   return correction;
 }

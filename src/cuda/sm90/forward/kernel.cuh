@@ -696,7 +696,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
             sees_tile[0][half] = bounds.x <= bounds.y;
           }
         }
-        correction = online_softmax_speculative<Traits>(
+        correction = online_softmax_speculative<Traits, kExtras == ScoreExtras::none>(
             s, row_max, row_sum, sees_tile, p.scale_log2, [&](float (&x)[1][Traits::kNTiles][4]) {
               // The KV head from the query head: a handed-over item does not carry it.
               recompute_scores<Traits>(x, p, tile.b, tile.h, tile.h / p.heads_per_kv, row0, n0,
