@@ -81,6 +81,17 @@ __device__ __forceinline__ void apply_mask(float (&s)[Traits::kMTiles][Traits::k
     }
 }
 
+// The largest score of row half `half` of m-tile mt (-inf where every one is), over the quad.
+template <typename Traits>
+__device__ __forceinline__ float tile_row_max(const float (&s)[Traits::kMTiles][Traits::kNTiles][4],
+                                              int mt, int half) {
+  float m = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < Traits::kNTiles; ++nt)
+    m = fmaxf(m, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+  return quad_max(m);
+}
+
 // The O rescale an online-softmax step asks for: one factor per row, and whether any row of the
 // warp raised its max (when none did, every factor is exactly 1).
 template <typename Traits>
@@ -108,11 +119,7 @@ __device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_update(
   for (int mt = 0; mt < Traits::kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < Traits::kNTiles; ++nt)
-        tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
-      tile_max = quad_max(tile_max);
+      const float tile_max = tile_row_max<Traits>(s, mt, half);
       float new_max = fmaxf(row_max[mt][half], tile_max);
       // With a slack, a row keeps its reference while the tile's largest P stays <= 2^slack.
       if (Traits::kRescaleSlackLog2 > 0.0f &&
@@ -293,11 +300,7 @@ __device__ __forceinline__ void speculation_missed(float (&s)[Traits::kMTiles][T
   for (int mt = 0; mt < Traits::kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < Traits::kNTiles; ++nt)
-        tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
-      tile_max = quad_max(tile_max);
+      const float tile_max = tile_row_max<Traits>(s, mt, half);
       float factor = 1.0f;
       if (!pass.row_kept[mt][half]) {
         const float reference = fmaxf(row_max[mt][half], tile_max);
