@@ -1,11 +1,15 @@
 #include "gpu_runner.hpp"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "api/validate.hpp"
 #include "common/half_convert.hpp"
+#include "common/metrics.hpp"
+#include "common/tolerance.hpp"
 #include "gpu_buffer.hpp"
 
 namespace flashpp::gpu_test {
@@ -109,6 +113,23 @@ test::HostTensor naive_forward_in_dtype(const test::AttentionInputs& in, const O
   test::HostTensor o = in.q.like();
   o.set_values(out);
   return o;
+}
+
+void expect_forward_matches_oracle(const test::AttentionCase& c, const test::AttentionInputs& in) {
+  const double u = test::unit_roundoff(c.dtype);
+  const test::Tolerance tol = test::float32_kernel_tolerance(c.dtype);
+  const test::ForwardOutputs ours = run_forward_cuda(in, c.options);
+  const test::OracleResult ref = test::run_oracle(in, c.options, /*with_backward=*/false);
+  const test::HostTensor naive = naive_forward_in_dtype(in, c.options);
+  EXPECT_EQ(test::count_nan(ours.o), 0) << "O has unwritten (NaN) elements";
+  EXPECT_TRUE(ours.o.gaps_untouched());
+  const double err = test::relative_error(ours.o, ref.fwd.o);
+  const double naive_err = test::relative_error(naive, ref.fwd.o);
+  EXPECT_LE(err, 2.0 * naive_err + 0.25 * u)
+      << "naive error " << naive_err << "; " << test::worst_element(ours.o, ref.fwd.o);
+  EXPECT_LE(err, tol.o) << test::worst_element(ours.o, ref.fwd.o);
+  EXPECT_LE(test::max_scaled_error(ours.lse, ref.fwd.lse), tol.lse)
+      << test::worst_element(ours.lse, ref.fwd.lse);
 }
 
 }  // namespace flashpp::gpu_test

@@ -16,4 +16,9 @@ test::ForwardOutputs run_forward_cuda(const test::AttentionInputs& in, Options o
 // float64 oracle is the yardstick of docs/design.md ("Testing"): ours may be at most about twice as large.
 test::HostTensor naive_forward_in_dtype(const test::AttentionInputs& in, const Options& options);
 
+// The CUDA forward of case c on `in` against the float64 oracle, with GoogleTest expectations: no
+// unwritten (NaN) element or touched gap, O's error at most twice the naive computation's (plus a
+// quarter of the unit roundoff) and within the float32-kernel tolerance, lse within its own.
+void expect_forward_matches_oracle(const test::AttentionCase& c, const test::AttentionInputs& in);
+
 }  // namespace flashpp::gpu_test

@@ -139,30 +139,11 @@ class ForwardFamilies : public ::testing::TestWithParam<FamilyParam> {
   std::optional<FamilyGuard> guard_;
 };
 
-// One case of the forced family against the oracle: at most 2x the error of the naive computation
-// in the storage dtype, within the float32-kernel tolerance, and no unwritten element.
-void expect_matches_oracle(const AttentionCase& c, const test::AttentionInputs& in) {
-  const double u = test::unit_roundoff(c.dtype);
-  const test::Tolerance tol = test::float32_kernel_tolerance(c.dtype);
-  const test::ForwardOutputs ours = gpu_test::run_forward_cuda(in, c.options);
-  const test::OracleResult ref = test::run_oracle(in, c.options, /*with_backward=*/false);
-  const test::HostTensor naive = gpu_test::naive_forward_in_dtype(in, c.options);
-  EXPECT_EQ(test::count_nan(ours.o), 0) << "O has unwritten (NaN) elements";
-  EXPECT_TRUE(ours.o.gaps_untouched());
-  const double err = test::relative_error(ours.o, ref.fwd.o);
-  const double naive_err = test::relative_error(naive, ref.fwd.o);
-  EXPECT_LE(err, 2.0 * naive_err + 0.25 * u)
-      << "naive error " << naive_err << "; " << test::worst_element(ours.o, ref.fwd.o);
-  EXPECT_LE(err, tol.o) << test::worst_element(ours.o, ref.fwd.o);
-  EXPECT_LE(test::max_scaled_error(ours.lse, ref.fwd.lse), tol.lse)
-      << test::worst_element(ours.lse, ref.fwd.lse);
-}
-
 TEST_P(ForwardFamilies, MatchOracle) {
   const FamilyParam param = GetParam();
   for (const AttentionCase& c : family_cases(param.dtype, std::string(param.family) == "sm90")) {
     SCOPED_TRACE(std::string(param.family) + " " + c.describe());
-    expect_matches_oracle(c, test::make_inputs(c));
+    gpu_test::expect_forward_matches_oracle(c, test::make_inputs(c));
     if (::testing::Test::HasFailure()) return;
   }
 }
@@ -203,7 +184,7 @@ TEST_P(ForwardFamilies, ScoreJumpsBetweenKeyTiles) {
         for (std::int64_t j = band.lo; j < band.hi; ++j)
           for (std::int64_t d = 0; d < D; ++d)
             in.k.set(0, j, 0, d, in.k.get(0, j, 0, d) * band.factor);
-        expect_matches_oracle(c, in);
+        gpu_test::expect_forward_matches_oracle(c, in);
         if (::testing::Test::HasFailure()) return;
       }
 }

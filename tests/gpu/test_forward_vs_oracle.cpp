@@ -122,24 +122,9 @@ class ForwardVsOracle : public ::testing::TestWithParam<DType> {};
 TEST_P(ForwardVsOracle, Sweep) {
   FLASHPP_SKIP_WITHOUT_GPU();
   const DType dt = GetParam();
-  const double u = test::unit_roundoff(dt);
-  const test::Tolerance tol = test::float32_kernel_tolerance(dt);
   for (const AttentionCase& c : sweep_cases(dt)) {
     SCOPED_TRACE(c.describe());
-    const test::AttentionInputs in = test::make_inputs(c);
-    const test::ForwardOutputs ours = gpu_test::run_forward_cuda(in, c.options);
-    const test::OracleResult ref = test::run_oracle(in, c.options, /*with_backward=*/false);
-    const test::HostTensor naive = gpu_test::naive_forward_in_dtype(in, c.options);
-
-    EXPECT_EQ(test::count_nan(ours.o), 0) << "O has unwritten (NaN) elements";
-    EXPECT_TRUE(ours.o.gaps_untouched());
-    const double err = test::relative_error(ours.o, ref.fwd.o);
-    const double naive_err = test::relative_error(naive, ref.fwd.o);
-    EXPECT_LE(err, 2.0 * naive_err + 0.25 * u)
-        << "naive error " << naive_err << "; " << test::worst_element(ours.o, ref.fwd.o);
-    EXPECT_LE(err, tol.o) << test::worst_element(ours.o, ref.fwd.o);
-    const double lse_err = test::max_scaled_error(ours.lse, ref.fwd.lse);
-    EXPECT_LE(lse_err, tol.lse) << test::worst_element(ours.lse, ref.fwd.lse);
+    gpu_test::expect_forward_matches_oracle(c, test::make_inputs(c));
     if (::testing::Test::HasFailure()) return;  // the first failing case is the useful one
   }
 }
