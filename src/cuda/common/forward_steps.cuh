@@ -100,6 +100,25 @@ struct SoftmaxCorrection {
   bool max_moved = false;
 };
 
+// P = exp2(s * scale_log2 + offset) in place over row half `half` of m-tile mt; returns this
+// lane's sum of them, and (kMax) their largest in `largest` (0 otherwise).
+template <typename Traits, bool kMax>
+__device__ __forceinline__ float exponentiate_row(float (&s)[Traits::kMTiles][Traits::kNTiles][4],
+                                                  int mt, int half, float scale_log2, float offset,
+                                                  float& largest) {
+  float sum = 0.0f;
+  largest = 0.0f;
+#pragma unroll
+  for (int nt = 0; nt < Traits::kNTiles; ++nt)
+#pragma unroll
+    for (int c = 2 * half; c < 2 * half + 2; ++c) {
+      s[mt][nt][c] = fast_exp2(fmaf(s[mt][nt][c], scale_log2, offset));
+      sum += s[mt][nt][c];
+      if (kMax) largest = fmaxf(largest, s[mt][nt][c]);
+    }
+  return sum;
+}
+
 // Online softmax: raises the running row max to include this tile, rescales the running sum by
 // exp2((m_old - m_new) * scale*log2e), and replaces the scores by
 // P = exp2(s * scale*log2e - m_new * scale*log2e) (one FFMA and one EX2 per element). The same
@@ -131,16 +150,9 @@ __device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_update(
       row_max[mt][half] = new_max;
       row_sum[mt][half] *= correction.factor[mt][half];
 
-      const float offset = -reference * scale_log2;
-      float sum = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < Traits::kNTiles; ++nt)
-#pragma unroll
-        for (int c = 2 * half; c < 2 * half + 2; ++c) {
-          s[mt][nt][c] = fast_exp2(fmaf(s[mt][nt][c], scale_log2, offset));
-          sum += s[mt][nt][c];
-        }
-      row_sum[mt][half] += sum;
+      float unused_max;
+      row_sum[mt][half] += exponentiate_row<Traits, false>(s, mt, half, scale_log2,
+                                                            -reference * scale_log2, unused_max);
     }
   return correction;
 }
@@ -193,18 +205,8 @@ __device__ __forceinline__ SpeculativePass<Traits> speculative_pass(
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float reference = row_max[mt][half] == -INFINITY ? 0.0f : row_max[mt][half];
-      const float offset = -reference * scale_log2;
-      float m = 0.0f, partial = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < Traits::kNTiles; ++nt)
-#pragma unroll
-        for (int c = 2 * half; c < 2 * half + 2; ++c) {
-          s[mt][nt][c] = fast_exp2(fmaf(s[mt][nt][c], scale_log2, offset));
-          partial += s[mt][nt][c];
-          if (!kSumVote) m = fmaxf(m, s[mt][nt][c]);
-        }
-      pass.largest[mt][half] = m;
-      pass.sum[mt][half] = partial;
+      pass.sum[mt][half] = exponentiate_row<Traits, !kSumVote>(
+          s, mt, half, scale_log2, -reference * scale_log2, pass.largest[mt][half]);
     }
   // Whether this lane's elements keep their rows' references, from its partial sums (no P is
   // larger than the sum of them all): no max and no shuffle before the warp's vote.
