@@ -279,5 +279,58 @@ TEST(ForwardSm90Small, SanitizerShapes) {
   }
 }
 
+// Each consumer warpgroup multiplies only the key tiles its own 64 rows see (a causal diagonal
+// through the 192-row tall tile, sliding windows narrower than a block's rows), and under a mask
+// limiting keys to the right the query tiles start before row 0 where the length leaves whole
+// warpgroups of a tile without rows (q_tile_shift): the first tile's leading warpgroups have no
+// rows. Each case with the shift on (default) and off, on the default grid and on two persistent
+// blocks that walk every item; against the float64 oracle, O poisoned (the runner), so a row
+// that no warpgroup wrote shows as NaN.
+TEST(ForwardSm90Small, WarpgroupKeyRangesAndShiftedTiles) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  if (!device_is_sm90()) GTEST_SKIP() << "the sm90 family runs on compute capability 9.0 only";
+  const FamilyGuard guard("sm90");
+  auto window = [](std::int64_t left, std::int64_t right, Alignment a) {
+    Options o;
+    o.window_left = left;
+    o.window_right = right;
+    o.alignment = a;
+    return o;
+  };
+  struct Case {
+    AttentionCase c;
+    const char* tall;  // FLASHPP_SM90_FWD_TALL for it ("" = the rule)
+  };
+  const std::vector<Case> cases = {
+      // 1000 = 5 x 192 + 40: a shift of 128 rows (two warpgroups) in the tall tile.
+      {make_case(1, 1000, 1000, 2, 1, 64, DType::bf16, Layout::bnhd, causal(Alignment::top_left)), "1"},
+      // 4096 = 21 x 192 + 64 (the benchmark's length, shorter keys): a shift of 128.
+      {make_case(1, 4096, 700, 1, 1, 64, DType::f16, Layout::bhnd, causal(Alignment::bottom_right)), ""},
+      // A window on both sides narrower than the tall tile's 192 rows.
+      {make_case(1, 700, 900, 2, 2, 64, DType::f16, Layout::bnhd, window(100, 30, Alignment::top_left)), "1"},
+      {make_case(2, 333, 600, 2, 1, 64, DType::bf16, Layout::bhnd, window(40, 0, Alignment::bottom_right)), "1"},
+      // The two-warpgroup tiles: 777 = 6 x 128 + 9 (a shift of 64), a local causal window.
+      {make_case(1, 777, 777, 2, 1, 128, DType::bf16, Layout::bnhd, window(64, 0, Alignment::top_left)), ""},
+      {make_case(1, 500, 1300, 3, 1, 96, DType::f16, Layout::bnhd, causal(Alignment::bottom_right)), ""},
+      {make_case(1, 300, 450, 1, 1, 256, DType::bf16, Layout::bhnd, window(70, 10, Alignment::bottom_right)), ""},
+  };
+  for (const char* shift : {"", "0"})
+  for (const char* max_blocks : {"", "2"}) {
+    std::optional<gpu_test::ScopedEnv> shift_env, persistent_env, max_blocks_env;
+    if (shift[0] != '\0') shift_env.emplace("FLASHPP_SM90_FWD_SHIFT", shift);
+    if (max_blocks[0] != '\0') {
+      persistent_env.emplace("FLASHPP_SM90_FWD_PERSISTENT", "1");
+      max_blocks_env.emplace("FLASHPP_SM90_FWD_MAX_BLOCKS", max_blocks);
+    }
+    for (const Case& k : cases) {
+      std::optional<gpu_test::ScopedEnv> tall_env;
+      if (k.tall[0] != '\0') tall_env.emplace("FLASHPP_SM90_FWD_TALL", k.tall);
+      SCOPED_TRACE(k.c.describe() + " shift '" + shift + "' max blocks '" + max_blocks + "'");
+      gpu_test::expect_forward_matches_oracle(k.c, test::make_inputs(k.c));
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace flashpp

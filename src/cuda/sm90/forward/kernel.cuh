@@ -59,6 +59,10 @@ struct Sm90ForwardParams {
   CUtensorMap v_tail_map;  // the FP8 forward's 64-key Vt panel (192- and 64-key tiles; unused here)
   std::int64_t q_tiles;
   std::int64_t heads;
+  // Rows the query tiles start before row 0 (a multiple of 64: whole consumer warpgroups without
+  // rows), so that a length that leaves the last tile part-empty leaves the first one part-empty
+  // instead (launch.cuh, q_tile_shift). 0 in the FP8 forward.
+  std::int64_t q_tile_shift;
 #if FLASHPP_SM90_FWD_TRACE
   std::uint64_t* trace;  // trace.cuh's buffer
 #endif
@@ -270,8 +274,10 @@ struct ForwardTile {
 
 // Item `linear` of a launch over q_tiles query tiles x heads (batch * head pairs from bh_offset).
 template <typename Traits>
-__device__ __forceinline__ ForwardTile forward_tile(const ForwardParams& p, std::int64_t linear,
-                                                    std::int64_t q_tiles, std::int64_t heads) {
+__device__ __forceinline__ ForwardTile forward_tile(const Sm90ForwardParams& params,
+                                                    std::int64_t linear, std::int64_t q_tiles,
+                                                    std::int64_t heads) {
+  const ForwardParams& p = params.args;
   // Later query tiles see more keys under a causal mask: they start first (block_order.cuh).
   // Without one, where the last query tile leaves a consumer idle, those tiles start first.
   const BlockItem item = p.last_tiles_first ? last_tiles_first_item(linear, q_tiles, heads)
@@ -281,17 +287,11 @@ __device__ __forceinline__ ForwardTile forward_tile(const ForwardParams& p, std:
   t.b = t.bh / p.q_heads;
   t.h = t.bh % p.q_heads;
   t.h_kv = t.h / p.heads_per_kv;
-  t.m0 = (q_tiles - 1 - item.rank) * Traits::kBlockM;
+  // With q_tile_shift the first tile starts before row 0 (its first warpgroups have no rows).
+  t.m0 = (q_tiles - 1 - item.rank) * Traits::kBlockM - params.q_tile_shift;
   t.m_end = t.m0 + Traits::kBlockM < p.q_len ? t.m0 + Traits::kBlockM : p.q_len;
-  t.keys = key_tile_range(p.mask, p.k_len, t.m0, t.m_end, Traits::kBlockN);
+  t.keys = key_tile_range(p.mask, p.k_len, t.m0 > 0 ? t.m0 : 0, t.m_end, Traits::kBlockN);
   return t;
-}
-
-// The item of a block in a grid of one block per item (gridDim.x query tiles x gridDim.y heads).
-template <typename Traits>
-__device__ __forceinline__ ForwardTile forward_tile(const ForwardParams& p) {
-  return forward_tile<Traits>(p, static_cast<std::int64_t>(blockIdx.y) * gridDim.x + blockIdx.x,
-                              gridDim.x, gridDim.y);
 }
 
 // The producer's side of the handoff: written before its arrival on q_full (a release), read by
@@ -482,7 +482,7 @@ __device__ __forceinline__ void producer_walk(const Sm90ForwardParams& params, c
   walk.for_each([&](std::int64_t linear, int items_done) {
     FLASHPP_FWD_STAMP(items_done, 0, item_start, clock64());
     if (items_done == 0) FLASHPP_FWD_STAMP(0, 0, sm_id, sm_id());
-    load(forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads), items_done, ring);
+    load(forward_tile<Traits>(params, linear, walk.q_tiles, walk.heads), items_done, ring);
     FLASHPP_FWD_STAMP(items_done, 0, loads_issued, clock64());
     items = items_done + 1;
   });
@@ -502,7 +502,7 @@ __device__ __forceinline__ void consumer_walk(const Sm90ForwardParams& params, c
     });
   } else {
     walk.for_each([&](std::int64_t linear, int items_done) {
-      item(forward_tile<Traits>(params.args, linear, walk.q_tiles, walk.heads), items_done,
+      item(forward_tile<Traits>(params, linear, walk.q_tiles, walk.heads), items_done,
            std::false_type{});
     });
   }
@@ -604,40 +604,68 @@ __device__ __forceinline__ void release_buffer(std::uint64_t* empty, int lane) {
   if (lane == 0) ptx::mbarrier_arrive(empty);
 }
 
-// One item of a consumer warpgroup whose 64 query rows all lie past the last row (the last query
-// tile of a call whose length leaves it part-empty): no products and nothing written, but the
-// protocol of a working consumer (consumer_item), so that the ring of K/V buffers, the Q tile and
-// the rotation of turns stay in step: each buffer released once its copy has completed (not
-// before: an early arrival would count towards the previous use of the buffer), each turn taken
-// and passed. `ring` as for load_item (advanced here).
+// The block's key tiles [from, to) of an item (j counted as the producer loads them, from the
+// last key tile) that this warpgroup does not multiply: the protocol of a working consumer
+// (consumer_item) without the products, so that the ring of K/V buffers and the rotation of turns
+// stay in step: each buffer released once its copy has completed (not before: an early arrival
+// would count towards the previous use of the buffer), one turn taken and passed per tile.
+// `ring`: the item's first ring position (as in consumer_item; not advanced here).
+template <typename Traits, typename Turns>
+__device__ __forceinline__ void skip_tiles(const SharedStorage<Traits>& smem, const Turns& turns,
+                                           int from, int to, int ring, int lane) {
+  for (int j = from; j < to; ++j) {
+    const int stage = (ring + j) % Traits::kStages;
+    const auto phase = static_cast<std::uint32_t>((ring + j) / Traits::kStages) & 1u;
+    mbarrier_wait(smem.k_full(stage), phase);
+    mbarrier_wait(smem.v_full(stage), phase);
+    turns.wait();
+    turns.pass(false);
+    release_buffer(smem.k_empty(stage), lane);
+    release_buffer(smem.v_empty(stage), lane);
+  }
+}
+
+// One item of a consumer warpgroup without rows (past the last row, or before row 0 with
+// q_tile_shift): no products and nothing written; every tile skipped, the Q tile released, and
+// the turn a working consumer takes for its last P V. `ring` as for load_item (advanced here).
 template <typename Traits, typename Turns>
 __device__ __forceinline__ void pass_item(const SharedStorage<Traits>& smem, const Turns& turns,
                                           int num_tiles, int& ring, int lane) {
-  auto stage_of = [&](int j) { return (ring + j) % Traits::kStages; };
-  auto phase_of = [&](int j) { return static_cast<std::uint32_t>((ring + j) / Traits::kStages) & 1u; };
-  for (int j = 0; j < num_tiles; ++j) {
-    mbarrier_wait(smem.k_full(stage_of(j)), phase_of(j));
-    if (j > 0) mbarrier_wait(smem.v_full(stage_of(j - 1)), phase_of(j - 1));
-    turns.wait();
-    turns.pass(false);
-    release_buffer(smem.k_empty(stage_of(j)), lane);
-    if (j > 0) release_buffer(smem.v_empty(stage_of(j - 1)), lane);
-  }
+  skip_tiles<Traits>(smem, turns, 0, num_tiles, ring, lane);
   release_buffer(smem.q_empty(), lane);
   if (num_tiles > 0) {
-    mbarrier_wait(smem.v_full(stage_of(num_tiles - 1)), phase_of(num_tiles - 1));
     turns.wait();
     turns.pass(false);
-    release_buffer(smem.v_empty(stage_of(num_tiles - 1)), lane);
   }
   ring += num_tiles;
 }
 
+// Whether a kernel's consumer warpgroups take their own key tiles (warpgroup_keys): the snake
+// walk's (the masked calls' persistent kernel) in tiles of more rows than keys (the tall D=64
+// tile, D 192/256). Not in tiles of no more rows than keys (two warpgroups on 128-key tiles: D
+// 64, 96, 128), where a causal diagonal rarely leaves a warpgroup fewer tiles than the block and
+// the per-warpgroup bounds cost the D=64 kernel 4% at N=1024 causal (session 29 run 1); not on
+// the stride walk (unmasked calls, where they would only cost registers).
+template <typename Traits, WalkKind kWalk>
+inline constexpr bool kOwnKeyTiles = kWalk == WalkKind::snake && Traits::kBlockM > Traits::kBlockN;
+
+// The key tiles of an item that the warpgroup of rows [row0, row0 + 64) sees: a run inside the
+// block's (key_tile_range is monotone in the rows); the block's own without a mask, or where the
+// kernel does not ask (kOwn: kOwnKeyTiles).
+template <typename Traits, bool kOwn>
+__device__ __forceinline__ KeyTileRange warpgroup_keys(const ForwardParams& p,
+                                                       const ForwardTile& tile, std::int64_t row0) {
+  if constexpr (!kOwn) return tile.keys;
+  if (!p.mask.active()) return tile.keys;
+  const std::int64_t end = row0 + 64 < p.q_len ? row0 + 64 : p.q_len;
+  return key_tile_range(p.mask, p.k_len, row0, end, Traits::kBlockN);
+}
+
 // One item of one consumer warpgroup. kExtras: what the instantiation handles beyond the plain
 // steps (ScoreExtras). kQWaited: the caller has waited for the item's Q tile (the handoff).
-// `items_done` and `ring` as for load_item (ring advanced here); `turns`: the IssueTurns of the
-// consumer loop.
-template <typename Traits, ScoreExtras kExtras, bool kQWaited, typename Turns>
+// kOwnKeys: kOwnKeyTiles. `items_done` and `ring` as for load_item (ring advanced here); `turns`:
+// the IssueTurns of the consumer loop.
+template <typename Traits, ScoreExtras kExtras, bool kQWaited, bool kOwnKeys, typename Turns>
 __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
                                               const SharedStorage<Traits>& smem,
                                               const ForwardTile& tile, int consumer,
@@ -665,22 +693,43 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     mbarrier_wait(smem.q_full(), static_cast<std::uint32_t>(items_done) & 1u);
     FLASHPP_FWD_STAMP(items_done, role, q_ready, clock64());
   }
-  if (tile.m0 + consumer * 64 >= p.q_len) {  // no row of this warpgroup exists
+  // No row of this warpgroup exists: the part-empty last tile of a call, or the first one's
+  // warpgroups before row 0 (q_tile_shift).
+  if (tile.m0 + consumer * 64 >= p.q_len || tile.m0 + consumer * 64 < 0) {
     pass_item<Traits>(smem, turns, num_tiles, ring, lane);
     return;
   }
-  if (num_tiles == 0 && Traits::kQFreeAfterScores) release_buffer(smem.q_empty(), lane);
-  if (num_tiles > 0) {
+  // This warpgroup's own key tiles (a run inside the block's): its 64 rows may see fewer than the
+  // block's rows (a causal diagonal through a 192-row tile, a sliding window). The block's tiles
+  // before and after them are skipped (skip_tiles), and a tile that every row of this warpgroup
+  // sees whole takes no element mask even where other rows of the block need one.
+  // j counts the block's key tiles from its last one (the producer's order); this warpgroup's
+  // are j in [lead, lead + visible).
+  const KeyTileRange own = warpgroup_keys<Traits, kOwnKeys>(p, tile, tile.m0 + consumer * 64);
+  const int visible = own.empty() ? 0 : static_cast<int>(own.end - own.begin);
+  const int lead = visible == 0 ? num_tiles : static_cast<int>(tile.keys.end - own.end);
+  // Ring slot of the block's key tile j of this item: its stage and the parity of that stage's use.
+  auto stage_of = [&](int j) { return (ring + j) % Traits::kStages; };
+  auto phase_of = [&](int j) { return static_cast<std::uint32_t>((ring + j) / Traits::kStages) & 1u; };
+  skip_tiles<Traits>(smem, turns, 0, lead, ring, lane);
+  if (visible == 0) {
+    if constexpr (Traits::kQFreeAfterScores) release_buffer(smem.q_empty(), lane);
+    if (num_tiles > 0) {  // the turn of the last P V, as a working consumer takes it
+      turns.wait();
+      turns.pass(false);
+    }
+  }
+  if (visible > 0) {
     const auto bh32 = static_cast<std::uint32_t>(tile.bh);
     constexpr bool kSoftcap = kExtras == ScoreExtras::softcap_dropout;
     const bool dropout = kExtras != ScoreExtras::none && p.dropout.threshold != 0;
     DropoutSigns<Traits> keep;  // the dropout decisions of the latest score tile
     // The element-wise steps of one score tile, in the paper's order; the rescale of O they ask
     // for comes back in `correction` (1 for the first tile, whose O is still zero). `first`: the
-    // item's first key tile (no reference max yet: the classic softmax step).
+    // warpgroup's first key tile of the item (no reference max yet: the classic softmax step).
     auto softmax_steps = [&](float (&s)[1][Traits::kNTiles][4], std::int64_t n_block, auto first) {
       const std::int64_t n0 = n_block * Traits::kBlockN;
-      const bool masked = tile.keys.needs_mask(n_block);
+      const bool masked = own.needs_mask(n_block);
       auto score_extras = [&](float (&x)[1][Traits::kNTiles][4]) {
         if (kSoftcap && p.softcap > 0.0f) apply_softcap<Traits>(x, p);
         if (masked) apply_mask<Traits>(x, p, row0, n0, lane);
@@ -729,28 +778,25 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
         }
       }
     };
-    // Ring slot of key tile j of this item: its stage and the parity of that stage's use.
-    auto stage_of = [&](int j) { return (ring + j) % Traits::kStages; };
-    auto phase_of = [&](int j) { return static_cast<std::uint32_t>((ring + j) / Traits::kStages) & 1u; };
-
-    // Tile 0 (the last key tile): scores, softmax, nothing to overlap with yet.
+    // The first visible key tile (the last one of `own`): scores, softmax, nothing to overlap
+    // with yet.
     {
       float s[1][Traits::kNTiles][4];
-      mbarrier_wait(smem.k_full(stage_of(0)), phase_of(0));
+      mbarrier_wait(smem.k_full(stage_of(lead)), phase_of(lead));
       FLASHPP_FWD_STAMP(items_done, role, k0_ready, clock64());
       turns.wait();
       FLASHPP_FWD_STAMP(items_done, role, turn0, clock64());
-      issue_scores<Traits>(s[0], smem, consumer, stage_of(0));
+      issue_scores<Traits>(s[0], smem, consumer, stage_of(lead));
       turns.pass(false);
       ptx::wgmma_wait<0>();
       FLASHPP_FWD_STAMP(items_done, role, s0_done, clock64());
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
-      release_buffer(smem.k_empty(stage_of(0)), lane);
-      softmax_steps(s, tile.keys.end - 1, std::true_type{});  // O is still zero: no rescale
+      release_buffer(smem.k_empty(stage_of(lead)), lane);
+      softmax_steps(s, own.end - 1, std::true_type{});  // O is still zero: no rescale
       prepare_p(s[0]);
       FLASHPP_FWD_STAMP(items_done, role, p0_ready, clock64());
     }
-    for (int j = 1; j < num_tiles; ++j) {
+    for (int j = lead + 1; j < lead + visible; ++j) {
       const int stage = stage_of(j), prev_stage = stage_of(j - 1);
       float s[1][Traits::kNTiles][4];
       mbarrier_wait(smem.k_full(stage), phase_of(j));
@@ -781,7 +827,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     // tile while the last P V runs, where O does not stage through it.
     FLASHPP_FWD_STAMP(items_done, role, loop_done, clock64());
     if constexpr (Traits::kQFreeAfterScores) release_buffer(smem.q_empty(), lane);
-    const int last = num_tiles - 1;
+    const int last = lead + visible - 1;
     mbarrier_wait(smem.v_full(stage_of(last)), phase_of(last));
     turns.wait();
     issue_pv<Traits>(o[0], p_frag, smem, stage_of(last));
@@ -791,8 +837,9 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o));
     ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockN / 4]>(p_frag));
     release_buffer(smem.v_empty(stage_of(last)), lane);
-    ring += num_tiles;
+    skip_tiles<Traits>(smem, turns, lead + visible, num_tiles, ring, lane);
   }
+  ring += num_tiles;
 
   if constexpr (Traits::kDirectOutput) {
     const float keep_scale = p.dropout.threshold != 0 ? p.dropout.keep_scale : 1.0f;
@@ -822,7 +869,7 @@ __device__ __forceinline__ void consumer_loop(const Sm90ForwardParams& params,
   int ring = 0;
   consumer_walk<Traits>(params, smem, walk, 1 + consumer,
                         [&](const ForwardTile& tile, int items_done, auto q_waited) {
-                          consumer_item<Traits, kExtras, decltype(q_waited)::value>(
+                          consumer_item<Traits, kExtras, decltype(q_waited)::value, kOwnKeyTiles<Traits, kWalk>>(
                               params, smem, tile, consumer, turns, items_done, ring);
                         });
   turns.finish();

@@ -34,10 +34,9 @@ inline void make_map(CUtensorMap* map, const TensorView& t, DType dtype, int row
   }
 }
 
-// How a forward kernel finds its items: one block per item on a (tiles, heads) grid (the FP8
-// forward's forward_tile(p)), or a one-dimensional grid whose blocks walk the items (ItemWalk):
-// as many blocks as fit on the GPU at once (persistent), or one per item.
-enum class ForwardGrid { tiles_by_heads, walk_persistent, walk_one_per_item };
+// How a forward kernel's blocks find their items: a one-dimensional grid whose blocks walk the
+// items (ItemWalk): as many blocks as fit on the GPU at once (persistent), or one per item.
+enum class ForwardGrid { walk_persistent, walk_one_per_item };
 
 struct WalkChoice {
   ForwardGrid grid;
@@ -126,7 +125,7 @@ inline std::int64_t persistent_blocks(std::int64_t resident) {
 template <typename Kernel>
 void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
                         Sm90ForwardParams p, std::int64_t batch_heads, cudaStream_t stream,
-                        const char* what, ForwardGrid grid_kind = ForwardGrid::tiles_by_heads,
+                        const char* what, ForwardGrid grid_kind,
                         bool dependent_launch = false) {
   // Made on every launch (its own cost per call was not measured): a cudaDeviceReset clears it.
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
@@ -151,10 +150,7 @@ void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
     p.heads = heads;
     const std::int64_t items = m_blocks * heads;
     if (items == 0) continue;
-    const dim3 grid =
-        grid_kind == ForwardGrid::tiles_by_heads
-            ? dim3(static_cast<unsigned>(m_blocks), static_cast<unsigned>(heads))
-            : dim3(static_cast<unsigned>(persistent ? std::min(items, persistent_blocks(slots)) : items));
+    const dim3 grid(static_cast<unsigned>(persistent ? std::min(items, persistent_blocks(slots)) : items));
     if (dependent_launch && first == 0) {  // later launches follow this kernel's launches
       cudaLaunchConfig_t config = {};
       config.gridDim = grid;
@@ -209,6 +205,20 @@ inline bool last_tiles_first(const ForwardParams& params, const WalkChoice& choi
          (forced == 1 || (forced < 0 && q_tiles <= kLastFirstMaxTiles));
 }
 
+// Rows the query tiles of a launch start before row 0 (Sm90ForwardParams::q_tile_shift): where the
+// length leaves whole warpgroups of the last tile without rows and later rows see more keys (a
+// mask limiting keys to the right: causal, windows), those warpgroups go to the first tile
+// instead, which sees the fewest keys. The last tile then runs its many key tiles with every
+// warpgroup busy. Session 29: the 192-row tile at N=4096 (4096 = 21 x 192 + 64) ran its longest
+// item with one warpgroup of three. FLASHPP_SM90_FWD_SHIFT=0 turns it off (A/B runs; read at
+// every call).
+inline std::int64_t query_tile_shift(const ForwardParams& params, int block_m) {
+  const bool later_rows_see_more = params.mask.right < detail::kNoLimit;
+  if (!later_rows_see_more || env_switch("FLASHPP_SM90_FWD_SHIFT") == 0) return 0;
+  const std::int64_t missing = (block_m - params.q_len % block_m) % block_m;
+  return missing / 64 * 64;
+}
+
 // kExtras: whether the softcap and dropout kernels are instantiated for these tiles (callers with
 // softcap or dropout must use tiles that have them).
 template <typename Traits, bool kExtras = true>
@@ -236,6 +246,7 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
   if (extras && Traits::kHeadDim == 128 && persistent_forced() != 1) choice = one_per_item;
   if (choice.walk != WalkKind::stride && extras) choice = one_per_item;
   p.args.last_tiles_first = last_tiles_first(params, choice, Traits::kBlockM);
+  p.q_tile_shift = query_tile_shift(params, Traits::kBlockM);
   auto kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none>;
   if constexpr (kExtras) {
     if (params.softcap > 0.0f) {
