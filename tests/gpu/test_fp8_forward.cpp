@@ -99,10 +99,9 @@ struct Fp8Errors {
   double o_ours = 0, o_naive = 0, lse_error = 0, lse_ratio = 0;
 };
 
-// Runs one case and checks the rules; returns the errors.
-Fp8Errors check_case(const Fp8Case& c) {
+// Runs one case on its data and checks the rules; returns the errors.
+Fp8Errors check_data(const Fp8Case& c, const Fp8Data& d) {
   SCOPED_TRACE(c.describe());
-  const Fp8Data d = test::make_fp8_data(c);
   const ForwardOutputs ref = test::fp8_oracle(c, d);
   const ForwardOutputs naive = test::naive_fp8_forward(c, d);
   const ForwardOutputs ours = run_fp8_forward_cuda(c, d);
@@ -120,6 +119,8 @@ Fp8Errors check_case(const Fp8Case& c) {
               c.describe().c_str(), e.o_ours, e.o_naive, e.lse_error, e.lse_ratio);
   return e;
 }
+
+Fp8Errors check_case(const Fp8Case& c) { return check_data(c, test::make_fp8_data(c)); }
 
 std::vector<Fp8Case> sweep_cases() {
   std::vector<Fp8Case> cases;
@@ -275,6 +276,35 @@ TEST(Fp8GpuForward, LongSequenceLseBound) {
     c.seed = 40 + D;
     check_case(c);
   }
+}
+
+// Keys whose scores jump between key tiles: a band of K rows scaled by 8 (P rises by 2^20 or
+// so: the speculative softmax's rescaled path) or 64 (beyond 2^100: its recomputed path), inside
+// the item so that tiles before and after it see other references; causal and not, D 64 and 128
+// (the head dims with the speculative step). e4m3 inputs without descales (in range: the scaled
+// values stay below 448 and exact).
+TEST(Fp8GpuForward, ScoreJumpsBetweenKeyTiles) {
+  FLASHPP_SKIP_WITHOUT_FP8_GPU();
+  for (std::int64_t D : {64, 128})
+    for (bool causal : {false, true})
+      for (double factor : {8.0, 64.0}) {
+        Fp8Case c;
+        c.shape = {1, 300, 1100, 2, 1, D};
+        c.descales = false;
+        c.causal = causal;
+        c.alignment = Alignment::bottom_right;
+        c.seed = 90 + static_cast<std::uint64_t>(D + factor) + (causal ? 1 : 0);
+        Fp8Data d = test::make_fp8_data(c);
+        for (std::int64_t j = 300; j < 420; ++j)
+          for (std::int64_t dd = 0; dd < D; ++dd) {
+            const double x = d.k.get(0, j, 0, dd) * factor;
+            d.k.set(0, j, 0, dd, x);
+            d.k64.set(0, j, 0, dd, x);
+          }
+        SCOPED_TRACE("keys 300..420 x" + std::to_string(factor));
+        check_data(c, d);
+        if (::testing::Test::HasFailure()) return;
+      }
 }
 
 TEST(Fp8GpuForward, RejectsMisalignedStrides) {

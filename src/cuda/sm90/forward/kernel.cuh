@@ -266,6 +266,14 @@ template <typename Traits, ScoreExtras kExtras>
 inline constexpr bool kSpeculates =
     Traits::kSpeculativeSoftmax && !(kExtras != ScoreExtras::none && Traits::kHeadDim <= 64);
 
+// How the blocks of a launch share its items (launch.cuh, walk_grid):
+//   stride   block b takes launch positions b, b + G, b + 2G, ... (G = gridDim.x); a grid of one
+//            block per item gives each block one. The persistent grid without a mask.
+//   snake    the positions of each head group dealt in rounds of G alternating direction
+//            (common/block_order.cuh, snake_next): a block that took one of a round's longest
+//            items takes one of the next round's shortest. The persistent grid under a mask.
+enum class WalkKind : int { stride = 0, snake = 1 };
+
 // The work item of this block: which query tile of which (batch, head), and its key tiles.
 struct ForwardTile {
   std::int64_t b, h, h_kv, bh, m0, m_end;
@@ -273,7 +281,9 @@ struct ForwardTile {
 };
 
 // Item `linear` of a launch over q_tiles query tiles x heads (batch * head pairs from bh_offset).
-template <typename Traits>
+// The query tiles start q_tile_shift rows before row 0 on the snake walk only (the masked calls'
+// persistent kernel); the other kernels keep the plain tiles.
+template <typename Traits, WalkKind kWalk>
 __device__ __forceinline__ ForwardTile forward_tile(const Sm90ForwardParams& params,
                                                     std::int64_t linear, std::int64_t q_tiles,
                                                     std::int64_t heads) {
@@ -287,10 +297,14 @@ __device__ __forceinline__ ForwardTile forward_tile(const Sm90ForwardParams& par
   t.b = t.bh / p.q_heads;
   t.h = t.bh % p.q_heads;
   t.h_kv = t.h / p.heads_per_kv;
-  // With q_tile_shift the first tile starts before row 0 (its first warpgroups have no rows).
-  t.m0 = (q_tiles - 1 - item.rank) * Traits::kBlockM - params.q_tile_shift;
+  t.m0 = (q_tiles - 1 - item.rank) * Traits::kBlockM;
+  std::int64_t first_row = t.m0;
+  if constexpr (kWalk == WalkKind::snake) {  // the first tile's first warpgroups: no rows
+    t.m0 -= params.q_tile_shift;
+    first_row = t.m0 > 0 ? t.m0 : 0;
+  }
   t.m_end = t.m0 + Traits::kBlockM < p.q_len ? t.m0 + Traits::kBlockM : p.q_len;
-  t.keys = key_tile_range(p.mask, p.k_len, t.m0 > 0 ? t.m0 : 0, t.m_end, Traits::kBlockN);
+  t.keys = key_tile_range(p.mask, p.k_len, first_row, t.m_end, Traits::kBlockN);
   return t;
 }
 
@@ -353,13 +367,6 @@ __device__ __forceinline__ void for_each_handed_item(const Sm90ForwardParams& pa
   }
 }
 
-// How the blocks of a launch share its items (launch.cuh, walk_grid):
-//   stride   block b takes launch positions b, b + G, b + 2G, ... (G = gridDim.x); a grid of one
-//            block per item gives each block one. The persistent grid without a mask.
-//   snake    the positions of each head group dealt in rounds of G alternating direction
-//            (common/block_order.cuh, snake_next): a block that took one of a round's longest
-//            items takes one of the next round's shortest. The persistent grid under a mask.
-enum class WalkKind : int { stride = 0, snake = 1 };
 
 // A kernel instantiation per walk (the walk's state costs the producer registers it does not have
 // at 24 per thread when the walk is a run-time choice).
@@ -482,7 +489,7 @@ __device__ __forceinline__ void producer_walk(const Sm90ForwardParams& params, c
   walk.for_each([&](std::int64_t linear, int items_done) {
     FLASHPP_FWD_STAMP(items_done, 0, item_start, clock64());
     if (items_done == 0) FLASHPP_FWD_STAMP(0, 0, sm_id, sm_id());
-    load(forward_tile<Traits>(params, linear, walk.q_tiles, walk.heads), items_done, ring);
+    load(forward_tile<Traits, kWalk>(params, linear, walk.q_tiles, walk.heads), items_done, ring);
     FLASHPP_FWD_STAMP(items_done, 0, loads_issued, clock64());
     items = items_done + 1;
   });
@@ -502,7 +509,7 @@ __device__ __forceinline__ void consumer_walk(const Sm90ForwardParams& params, c
     });
   } else {
     walk.for_each([&](std::int64_t linear, int items_done) {
-      item(forward_tile<Traits>(params, linear, walk.q_tiles, walk.heads), items_done,
+      item(forward_tile<Traits, kWalk>(params, linear, walk.q_tiles, walk.heads), items_done,
            std::false_type{});
     });
   }
@@ -663,9 +670,10 @@ __device__ __forceinline__ KeyTileRange warpgroup_keys(const ForwardParams& p,
 
 // One item of one consumer warpgroup. kExtras: what the instantiation handles beyond the plain
 // steps (ScoreExtras). kQWaited: the caller has waited for the item's Q tile (the handoff).
-// kOwnKeys: kOwnKeyTiles. `items_done` and `ring` as for load_item (ring advanced here); `turns`:
-// the IssueTurns of the consumer loop.
-template <typename Traits, ScoreExtras kExtras, bool kQWaited, bool kOwnKeys, typename Turns>
+// kWalk: the kernel's walk (the snake walk's tiles may start before row 0, and its warpgroups may
+// take their own key tiles: kOwnKeyTiles). `items_done` and `ring` as for load_item (ring
+// advanced here); `turns`: the IssueTurns of the consumer loop.
+template <typename Traits, ScoreExtras kExtras, bool kQWaited, WalkKind kWalk, typename Turns>
 __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
                                               const SharedStorage<Traits>& smem,
                                               const ForwardTile& tile, int consumer,
@@ -695,7 +703,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
   }
   // No row of this warpgroup exists: the part-empty last tile of a call, or the first one's
   // warpgroups before row 0 (q_tile_shift).
-  if (tile.m0 + consumer * 64 >= p.q_len || tile.m0 + consumer * 64 < 0) {
+  if (tile.m0 + consumer * 64 >= p.q_len || (kWalk == WalkKind::snake && tile.m0 + consumer * 64 < 0)) {
     pass_item<Traits>(smem, turns, num_tiles, ring, lane);
     return;
   }
@@ -705,9 +713,10 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
   // sees whole takes no element mask even where other rows of the block need one.
   // j counts the block's key tiles from its last one (the producer's order); this warpgroup's
   // are j in [lead, lead + visible).
-  const KeyTileRange own = warpgroup_keys<Traits, kOwnKeys>(p, tile, tile.m0 + consumer * 64);
-  const int visible = own.empty() ? 0 : static_cast<int>(own.end - own.begin);
-  const int lead = visible == 0 ? num_tiles : static_cast<int>(tile.keys.end - own.end);
+  constexpr bool kOwn = kOwnKeyTiles<Traits, kWalk>;
+  const KeyTileRange own = warpgroup_keys<Traits, kOwn>(p, tile, tile.m0 + consumer * 64);
+  const int visible = !kOwn ? num_tiles : own.empty() ? 0 : static_cast<int>(own.end - own.begin);
+  const int lead = !kOwn ? 0 : visible == 0 ? num_tiles : static_cast<int>(tile.keys.end - own.end);
   // Ring slot of the block's key tile j of this item: its stage and the parity of that stage's use.
   auto stage_of = [&](int j) { return (ring + j) % Traits::kStages; };
   auto phase_of = [&](int j) { return static_cast<std::uint32_t>((ring + j) / Traits::kStages) & 1u; };
@@ -869,7 +878,7 @@ __device__ __forceinline__ void consumer_loop(const Sm90ForwardParams& params,
   int ring = 0;
   consumer_walk<Traits>(params, smem, walk, 1 + consumer,
                         [&](const ForwardTile& tile, int items_done, auto q_waited) {
-                          consumer_item<Traits, kExtras, decltype(q_waited)::value, kOwnKeyTiles<Traits, kWalk>>(
+                          consumer_item<Traits, kExtras, decltype(q_waited)::value, kWalk>(
                               params, smem, tile, consumer, turns, items_done, ring);
                         });
   turns.finish();

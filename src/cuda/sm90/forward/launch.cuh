@@ -172,10 +172,13 @@ void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
 
 // Whether a call takes the head dim's tall tile (ForwardTallTileConfig, three consumer
 // warpgroups) where it has one: calls without softcap and dropout (their kernel spills at 160
-// registers), unmasked at any length, masked from kTallMaskedRows query rows (measured: causal
-// N=16384 +10%, 4096 equal, 1024 -15%). FLASHPP_SM90_FWD_TALL=0 / =1 forces it off / on for
+// registers), unmasked at any length, masked from kTallMaskedRows query rows. Measured, causal,
+// against the two-warpgroup tile: session 17 N=16384 +10%, 4096 equal, 1024 -15%; since each
+// warpgroup skips the key tiles its rows do not see and the part-empty tile comes first
+// (session 29 run 3, H200, bf16): 1024 +1.1%, 2048 +10.5%. Shorter masked calls were not
+// measured and keep the two-warpgroup tile. FLASHPP_SM90_FWD_TALL=0 / =1 forces it off / on for
 // every call the tile can take (A/B runs and tests; read at every call).
-inline constexpr std::int64_t kTallMaskedRows = 4096;
+inline constexpr std::int64_t kTallMaskedRows = 1024;
 
 inline bool use_tall_tile(const ForwardParams& params) {
   if (params.softcap > 0.0f || params.dropout.threshold != 0) return false;
@@ -246,7 +249,7 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
   if (extras && Traits::kHeadDim == 128 && persistent_forced() != 1) choice = one_per_item;
   if (choice.walk != WalkKind::stride && extras) choice = one_per_item;
   p.args.last_tiles_first = last_tiles_first(params, choice, Traits::kBlockM);
-  p.q_tile_shift = query_tile_shift(params, Traits::kBlockM);
+  p.q_tile_shift = choice.walk == WalkKind::snake ? query_tile_shift(params, Traits::kBlockM) : 0;
   auto kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none>;
   if constexpr (kExtras) {
     if (params.softcap > 0.0f) {

@@ -553,7 +553,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         int ring = 0;
         walk.for_each([&](std::int64_t linear, int) {
           transpose_v_tiles<Traits>(
-              smem, forward_tile<Traits>(params, linear, walk.q_tiles, walk.heads), warp - 1, ring);
+              smem, forward_tile<Traits, kWalk>(params, linear, walk.q_tiles, walk.heads), warp - 1, ring);
         });
       }
     }
