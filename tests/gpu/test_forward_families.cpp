@@ -53,6 +53,21 @@ AttentionCase make_case(std::int64_t B, std::int64_t Nq, std::int64_t Nk, std::i
   return c;
 }
 
+// The sm90 forward on `blocks` persistent blocks that walk every item for the guard's lifetime
+// (FLASHPP_SM90_FWD_PERSISTENT=1, FLASHPP_SM90_FWD_MAX_BLOCKS=blocks): the ring, the Q tile's
+// barriers and the issue turns carried from item to item. Nothing when blocks is "".
+class PersistentBlocks {
+ public:
+  explicit PersistentBlocks(const char* blocks) {
+    if (blocks[0] == '\0') return;
+    persistent_.emplace("FLASHPP_SM90_FWD_PERSISTENT", "1");
+    max_blocks_.emplace("FLASHPP_SM90_FWD_MAX_BLOCKS", blocks);
+  }
+
+ private:
+  std::optional<gpu_test::ScopedEnv> persistent_, max_blocks_;
+};
+
 Options causal(Alignment a) {
   Options o;
   o.causal = true;
@@ -261,12 +276,9 @@ TEST(ForwardSm90Small, SanitizerShapes) {
   for (const char* tall : {"", "1"})
   for (const char* max_blocks : {"", "2"}) {
     // Set for this pass, restored after it (to what the binary was started with).
-    std::optional<gpu_test::ScopedEnv> tall_env, persistent_env, max_blocks_env;
+    std::optional<gpu_test::ScopedEnv> tall_env;
     if (tall[0] != '\0') tall_env.emplace("FLASHPP_SM90_FWD_TALL", tall);
-    if (max_blocks[0] != '\0') {
-      persistent_env.emplace("FLASHPP_SM90_FWD_PERSISTENT", "1");
-      max_blocks_env.emplace("FLASHPP_SM90_FWD_MAX_BLOCKS", max_blocks);
-    }
+    const PersistentBlocks persistent(max_blocks);
     for (const AttentionCase& c : cases) {
       SCOPED_TRACE(c.describe() + " max blocks '" + max_blocks + "' tall '" + tall + "'");
       const test::AttentionInputs in = test::make_inputs(c);
@@ -316,12 +328,9 @@ TEST(ForwardSm90Small, WarpgroupKeyRangesAndShiftedTiles) {
   };
   for (const char* shift : {"", "0"})
   for (const char* max_blocks : {"", "2"}) {
-    std::optional<gpu_test::ScopedEnv> shift_env, persistent_env, max_blocks_env;
+    std::optional<gpu_test::ScopedEnv> shift_env;
     if (shift[0] != '\0') shift_env.emplace("FLASHPP_SM90_FWD_SHIFT", shift);
-    if (max_blocks[0] != '\0') {
-      persistent_env.emplace("FLASHPP_SM90_FWD_PERSISTENT", "1");
-      max_blocks_env.emplace("FLASHPP_SM90_FWD_MAX_BLOCKS", max_blocks);
-    }
+    const PersistentBlocks persistent(max_blocks);
     for (const Case& k : cases) {
       std::optional<gpu_test::ScopedEnv> tall_env;
       if (k.tall[0] != '\0') tall_env.emplace("FLASHPP_SM90_FWD_TALL", k.tall);
