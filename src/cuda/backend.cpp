@@ -248,7 +248,10 @@ std::string unsupported_reason(const detail::Problem& p, bool backward) {
 }
 
 std::size_t forward_workspace_size(const detail::Problem& problem) {
-  return problem.dtype == DType::e4m3 ? sm90::forward_fp8_workspace_bytes(problem) : 0;
+  if (problem.dtype == DType::e4m3) return sm90::forward_fp8_workspace_bytes(problem);
+  // The sm90 family's split walk (sm90/forward/split_walk.hpp), where that family runs the call.
+  if (requested_family() == "sm80" || !sm90_unavailable_reason(problem.device.index).empty()) return 0;
+  return sm90::forward_split_workspace_bytes(problem);
 }
 
 std::size_t backward_workspace_size(const detail::Problem& problem, bool deterministic) {

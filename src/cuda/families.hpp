@@ -34,6 +34,8 @@ void run_backward(const BackwardParams& params, const detail::BackwardArgs& args
 
 namespace sm90 {
 void run_forward(const ForwardParams& params, const detail::ForwardArgs& args, cudaStream_t stream);
+// The workspace of the forward's split walk (forward/split_walk.hpp) where a call takes it, else 0.
+std::size_t forward_split_workspace_bytes(const detail::Problem& problem);
 // The FP8 (e4m3 inputs) forward, and the workspace it needs (V transposed, forward_fp8/).
 void run_forward_fp8(const ForwardParams& params, const detail::ForwardArgs& args,
                      cudaStream_t stream);

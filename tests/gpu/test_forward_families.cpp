@@ -341,5 +341,76 @@ TEST(ForwardSm90Small, WarpgroupKeyRangesAndShiftedTiles) {
   }
 }
 
+// The split walk (src/cuda/sm90/forward/split_walk.hpp): without a mask, where the persistent
+// grid's last round is partial, the last items are cut over their key tiles and each cut item's
+// first piece is merged by the block of the next ticket. Each case against the float64 oracle
+// with O poisoned (the runner) and, in test builds, the workspace's partial states poisoned;
+// forward_workspace_size says whether the walk is planned (it is the size of the partial states
+// exactly where the plan splits). FLASHPP_SM90_FWD_SPLIT=1 takes the walk wherever the plan can
+// cut, =0 never (no workspace), unset the rule (items of 32 key tiles and more).
+struct SplitCase {
+  AttentionCase c;
+  const char* max_blocks;    // PersistentBlocks ("" = one block per SM)
+  bool rule_splits = false;  // the rule takes the walk (default grid only)
+};
+
+void expect_split_walk_cases(const std::vector<SplitCase>& cases) {
+  const FamilyGuard guard("sm90");
+  const Device gpu{DeviceType::cuda, 0};
+  for (const SplitCase& k : cases) {
+    const PersistentBlocks persistent(k.max_blocks);
+    const test::AttentionInputs in = test::make_inputs(k.c);
+    Options options = k.c.options;
+    options.backend = Backend::cuda;
+    for (const char* split : {"1", "0", ""}) {
+      if (split[0] == '\0' && k.max_blocks[0] != '\0') continue;
+      std::optional<gpu_test::ScopedEnv> split_env;
+      if (split[0] != '\0') split_env.emplace("FLASHPP_SM90_FWD_SPLIT", split);
+      SCOPED_TRACE(k.c.describe() + " max blocks '" + k.max_blocks + "' split '" + split + "'");
+      const std::size_t bytes =
+          forward_workspace_size(in.q.view(gpu), in.k.view(gpu), in.v.view(gpu), options);
+      if (split[0] == '1' || (split[0] == '\0' && k.rule_splits)) {
+        EXPECT_GT(bytes, 0u) << "the split walk is not planned for this case";
+      } else {
+        EXPECT_EQ(bytes, 0u);
+      }
+      gpu_test::expect_forward_matches_oracle(k.c, in);
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+// Small grids (2, 3, 5 and 7 persistent blocks; also the sanitizer's shapes): pieces of one key
+// tile, a partial last key tile (its element mask inside a piece), a last query tile leaving the
+// second warpgroup without rows, GQA, a head dim rounded up to 128, every block cutting.
+TEST(ForwardSm90Small, SplitWalk) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  if (!device_is_sm90()) GTEST_SKIP() << "the sm90 family runs on compute capability 9.0 only";
+  expect_split_walk_cases({
+      // 12 items of 8 key tiles (1000 = 7 x 128 + 104) on 5 blocks: 5 whole, 7 cut into runs.
+      {make_case(1, 700, 1000, 2, 1, 128, DType::bf16, Layout::bnhd), "5"},
+      // 12 items on 7 blocks: no whole round, every block cuts; fp16, a second warpgroup without
+      // rows in each head's last tile (650 = 5 x 128 + 10).
+      {make_case(1, 650, 1000, 2, 2, 128, DType::f16, Layout::bhnd), "7"},
+      // Two key tiles per item on 3 blocks (8 items): runs of 5 and 6 steps; GQA 4:2.
+      {make_case(1, 256, 200, 4, 2, 128, DType::bf16, Layout::bnhd), "3"},
+      // 5 items of 3 tiles on 2 blocks; D=120 rounds up to the 128 tile.
+      {make_case(1, 600, 300, 1, 1, 120, DType::f16, Layout::bnhd), "2"},
+  });
+}
+
+// The default grid (one block per SM; more items than an H100's or H200's 132 SMs, and than the
+// 114 of an H100 PCIe): under the rule, no walk at 5 key tiles an item, the walk at 32.
+TEST(ForwardSm90SplitWalk, DefaultGrid) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  if (!device_is_sm90()) GTEST_SKIP() << "the sm90 family runs on compute capability 9.0 only";
+  expect_split_walk_cases({
+      // 36 x 4 = 144 items of 5 key tiles, Nq != Nk.
+      {make_case(1, 4500, 600, 4, 4, 128, DType::bf16, Layout::bnhd), ""},
+      // 35 x 4 = 140 items of 32 key tiles (4000 = 31 x 128 + 32), GQA 4:1: the rule's split.
+      {make_case(1, 4400, 4000, 4, 1, 128, DType::f16, Layout::bnhd), "", true},
+  });
+}
+
 }  // namespace
 }  // namespace flashpp

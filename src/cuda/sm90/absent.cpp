@@ -14,6 +14,8 @@ void run_forward_fp8(const ForwardParams&, const detail::ForwardArgs&, cudaStrea
 
 std::size_t forward_fp8_workspace_bytes(const detail::Problem&) { return 0; }
 
+std::size_t forward_split_workspace_bytes(const detail::Problem&) { return 0; }
+
 void run_backward(const BackwardParams&, const detail::BackwardArgs&, cudaStream_t) {
   throw Error(ErrorCode::internal, "the sm90 backward was called in a build without sm_90a");
 }

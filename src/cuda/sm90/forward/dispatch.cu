@@ -7,8 +7,10 @@
 
 #include <cstdint>
 
+#include "../../common/check_cuda.hpp"
 #include "../../families.hpp"
 #include "../../instances.hpp"
+#include "launch.cuh"
 
 namespace flashpp::cuda {
 namespace sm90 {
@@ -31,6 +33,25 @@ void launch_for_head_dim(int head_dim, const ForwardParams& params,
 }
 
 }  // namespace
+
+// The split walk's workspace (split_walk.hpp) for a call that will take it: the D=128 tile
+// (kSplitWalk), one block per SM (its shared memory allows no second), on the device's SMs.
+// launch_forward_tiles sizes the same plan for its grid and keeps the stride walk where the
+// workspace it gets is smaller.
+std::size_t forward_split_workspace_bytes(const detail::Problem& pr) {
+  using Config = ForwardTileConfig<128>;
+  if ((pr.dtype != DType::f16 && pr.dtype != DType::bf16) ||
+      Sm90ForwardHeadDims::round_up(static_cast<int>(pr.D)) != 128 || !split_walk_call(pr)) {
+    return 0;
+  }
+  int sms = 0;
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, pr.device.index),
+             "cudaDeviceGetAttribute (SM count)");
+  const std::int64_t blocks = persistent_blocks(sms);
+  const SplitWalkPlan plan =
+      split_walk_plan(pr.Nq, pr.Nk, pr.B * pr.Hq, 64 * Config::consumers, Config::block_n, blocks);
+  return plan.splits() ? split_workspace_bytes(blocks, Config::consumers, 128 / 8) : 0;
+}
 
 void run_forward(const ForwardParams& params, const detail::ForwardArgs& args,
                  cudaStream_t stream) {

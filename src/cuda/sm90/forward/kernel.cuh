@@ -2,9 +2,10 @@
 //
 // A work item is one query tile (64 rows per consumer warpgroup) of one (batch, head). The grid is
 // persistent: one block per SM, each taking items blockIdx.x, blockIdx.x + gridDim.x, ... without a
-// mask, and the items of a snake walk under one (ItemWalk; FLASHPP_SM90_FWD_WALK and
-// FLASHPP_SM90_FWD_PERSISTENT=0 give one block per item instead). Its warpgroups take two
-// roles:
+// mask (at D=128 with long items and a partial last round, the split walk: the last rounds' items
+// cut over their key tiles, split_walk.hpp), and the items of a snake walk under one (ItemWalk;
+// FLASHPP_SM90_FWD_WALK and FLASHPP_SM90_FWD_PERSISTENT=0 give one block per item instead). Its
+// warpgroups take two roles:
 //   producer (warpgroup 0, one thread): per item, loads the Q tile, then streams K and V tiles
 //     through a ring of `stages` shared-memory buffers with bulk tensor copies (TMA); each buffer
 //     has a "full" barrier per operand (the copy engine completes it) and an "empty" barrier that
@@ -44,6 +45,8 @@
 #include "../../ptx/wgmma.cuh"
 #include "../../common/poison.cuh"
 #include "../../common/sector_store.cuh"
+#include "split_partial.cuh"
+#include "split_walk.hpp"
 #include "trace.cuh"
 
 namespace flashpp::cuda::sm90 {
@@ -63,6 +66,10 @@ struct Sm90ForwardParams {
   // rows), so that a length that leaves the last tile part-empty leaves the first one part-empty
   // instead (launch.cuh, q_tile_shift). 0 in the FP8 forward.
   std::int64_t q_tile_shift;
+  // The split walk's plan and workspace (split_walk.hpp; the split walk's kernel only).
+  SplitWalkPlan split;
+  int* split_flags;
+  float4* split_partials;
 #if FLASHPP_SM90_FWD_TRACE
   std::uint64_t* trace;  // trace.cuh's buffer
 #endif
@@ -185,6 +192,8 @@ struct SharedStorage {
     static_assert(Traits::kBarriers % 2 == 0, "the handoff slot is 16-byte aligned");
     return reinterpret_cast<ItemHandoff*>(barriers() + Traits::kBarriers);
   }
+  // The split walk's ticket (split_walk.hpp), in the handoff slot, which that walk does not use.
+  __device__ std::int64_t* ticket() const { return reinterpret_cast<std::int64_t*>(handoff()); }
   __device__ std::uint64_t* q_empty() const { return barriers() + 1; }
   // Every consumer thread has read the handoff slot (each arrives: racecheck follows a reading
   // thread's own arrival only, perf-notes session 13); the producer may write the next item.
@@ -272,7 +281,10 @@ inline constexpr bool kSpeculates =
 //   snake    the positions of each head group dealt in rounds of G alternating direction
 //            (common/block_order.cuh, snake_next): a block that took one of a round's longest
 //            items takes one of the next round's shortest. The persistent grid under a mask.
-enum class WalkKind : int { stride = 0, snake = 1 };
+//   split    the stride walk for all rounds but the last two, whose items are cut over their key
+//            tiles into equal runs (split_walk.hpp). The persistent grid without a mask where the
+//            last round is partial (launch.cuh, split_walk_plan).
+enum class WalkKind : int { stride = 0, snake = 1, split = 2 };
 
 // The work item of this block: which query tile of which (batch, head), and its key tiles.
 struct ForwardTile {
@@ -306,6 +318,12 @@ __device__ __forceinline__ ForwardTile forward_tile(const Sm90ForwardParams& par
   t.m_end = t.m0 + Traits::kBlockM < p.q_len ? t.m0 + Traits::kBlockM : p.q_len;
   t.keys = key_tile_range(p.mask, p.k_len, first_row, t.m_end, Traits::kBlockN);
   return t;
+}
+
+// A piece of the split walk takes its key tiles [lo, hi) of the item (unmasked: all of [0, T)).
+__device__ __forceinline__ void take_piece_keys(ForwardTile& t, const SplitPiece& piece) {
+  t.keys.begin = piece.lo;
+  t.keys.end = piece.hi;
 }
 
 // The producer's side of the handoff: written before its arrival on q_full (a release), read by
@@ -373,6 +391,8 @@ __device__ __forceinline__ void for_each_handed_item(const Sm90ForwardParams& pa
 template <WalkKind kWalk>
 struct ItemWalk {
   std::int64_t items, q_tiles, heads, group_items;
+  SplitWalkPlan plan{};     // the split walk's
+  std::int64_t ticket = 0;  // the split walk's ticket: this block's place in it
   struct Cursor {
     std::int64_t group_start = 0, round = 0;
   };
@@ -381,13 +401,27 @@ struct ItemWalk {
     return snake_next(items, group_items, gridDim.x, blockIdx.x, c.group_start, c.round, linear);
   }
   // body(linear position, items done before it) for each of this block's items, in order; the
-  // producer and the consumers walk the same items.
+  // producer and the consumers walk the same items. The split walk adds the piece of the item
+  // (SplitPiece): its key tiles and what ends it.
   template <typename Body>
   __device__ __forceinline__ void for_each(Body&& body) const {
     int items_done = 0;
     if constexpr (kWalk == WalkKind::stride) {
       for (std::int64_t linear = blockIdx.x; linear < items; linear += gridDim.x, ++items_done)
         body(linear, items_done);
+    } else if constexpr (kWalk == WalkKind::split) {
+      // One loop (one copy of the body): the whole items, then the run's pieces last item first.
+      const std::int64_t whole = ticket < plan.whole_items
+                                     ? (plan.whole_items - ticket + gridDim.x - 1) / gridDim.x
+                                     : 0;
+      const SplitRun run = split_run(plan, ticket);
+      const std::int64_t count = whole + (plan.steps > 0 ? run.last - run.first + 1 : 0);
+      for (std::int64_t k = 0; k < count; ++k, ++items_done) {
+        const SplitPiece piece =
+            k < whole ? SplitPiece{ticket + k * gridDim.x, 0, plan.tiles, PieceEnd::output, ticket}
+                      : split_piece(plan, run, ticket, run.last - (k - whole));
+        body(k < whole ? piece.item : plan.whole_items + piece.item, items_done, piece);
+      }
     } else {
       Cursor cursor;
       std::int64_t linear = 0;
@@ -486,10 +520,12 @@ template <typename Traits, WalkKind kWalk, typename Storage, typename LoadItem>
 __device__ __forceinline__ void producer_walk(const Sm90ForwardParams& params, const Storage& smem,
                                               const ItemWalk<kWalk>& walk, LoadItem&& load) {
   int ring = 0, items = 0;
-  walk.for_each([&](std::int64_t linear, int items_done) {
+  walk.for_each([&](std::int64_t linear, int items_done, const auto&... piece) {
     FLASHPP_FWD_STAMP(items_done, 0, item_start, clock64());
     if (items_done == 0) FLASHPP_FWD_STAMP(0, 0, sm_id, sm_id());
-    load(forward_tile<Traits, kWalk>(params, linear, walk.q_tiles, walk.heads), items_done, ring);
+    ForwardTile tile = forward_tile<Traits, kWalk>(params, linear, walk.q_tiles, walk.heads);
+    (take_piece_keys(tile, piece), ...);
+    load(tile, items_done, ring);
     FLASHPP_FWD_STAMP(items_done, 0, loads_issued, clock64());
     items = items_done + 1;
   });
@@ -498,8 +534,8 @@ __device__ __forceinline__ void producer_walk(const Sm90ForwardParams& params, c
 
 // A consumer warpgroup's walk over the same items: on walks with handoffs as the producer hands
 // them over (up to the end mark), else taking the positions itself. item(tile, items done
-// before it, q_waited): q_waited (a std::bool_constant) says whether the item's Q tile has been
-// waited for (the handoff travels with it).
+// before it, q_waited[, piece]): q_waited (a std::bool_constant) says whether the item's Q tile
+// has been waited for (the handoff travels with it); the split walk adds the SplitPiece.
 template <typename Traits, WalkKind kWalk, typename Storage, typename Item>
 __device__ __forceinline__ void consumer_walk(const Sm90ForwardParams& params, const Storage& smem,
                                               const ItemWalk<kWalk>& walk, int role, Item&& item) {
@@ -508,9 +544,10 @@ __device__ __forceinline__ void consumer_walk(const Sm90ForwardParams& params, c
       item(tile, items_done, std::true_type{});
     });
   } else {
-    walk.for_each([&](std::int64_t linear, int items_done) {
-      item(forward_tile<Traits, kWalk>(params, linear, walk.q_tiles, walk.heads), items_done,
-           std::false_type{});
+    walk.for_each([&](std::int64_t linear, int items_done, const auto&... piece) {
+      ForwardTile tile = forward_tile<Traits, kWalk>(params, linear, walk.q_tiles, walk.heads);
+      (take_piece_keys(tile, piece), ...);
+      item(tile, items_done, std::false_type{}, piece...);
     });
   }
 }
@@ -672,13 +709,16 @@ __device__ __forceinline__ KeyTileRange warpgroup_keys(const ForwardParams& p,
 // steps (ScoreExtras). kQWaited: the caller has waited for the item's Q tile (the handoff).
 // kWalk: the kernel's walk (the snake walk's tiles may start before row 0, and its warpgroups may
 // take their own key tiles: kOwnKeyTiles). `items_done` and `ring` as for load_item (ring
-// advanced here); `turns`: the IssueTurns of the consumer loop.
-template <typename Traits, ScoreExtras kExtras, bool kQWaited, WalkKind kWalk, typename Turns>
+// advanced here); `turns`: the IssueTurns of the consumer loop. `piece`: on the split walk, the
+// item's piece (its key tiles are already the tile's; it may end by writing or merging a partial
+// state instead of the plain epilogue: split_partial.cuh, on the epilogue's named barriers).
+template <typename Traits, ScoreExtras kExtras, bool kQWaited, WalkKind kWalk, typename Turns,
+          typename... Piece>
 __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
                                               const SharedStorage<Traits>& smem,
                                               const ForwardTile& tile, int consumer,
                                               const Turns& turns,
-                                              int items_done, int& ring) {
+                                              int items_done, int& ring, const Piece&... piece) {
   const ForwardParams& p = params.args;
   const int lane = threadIdx.x & 31;
   const int warp_in_group = (threadIdx.x / 32) & 3;
@@ -850,6 +890,27 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
   }
   ring += num_tiles;
 
+  // The split walk's pieces: the item's first key tiles leave their state to the block of the
+  // next ticket; its last ones take in the state the block of the ticket before left.
+  if constexpr (sizeof...(Piece) > 0) {
+    constexpr int kSplitBarrier = static_cast<int>(ForwardBarrier::consumer_epilogue);
+    static_assert(kWalk == WalkKind::split && Traits::kQFreeAfterScores,
+                  "split pieces end without the epilogue's release of the Q tile");
+    const SplitPiece& cut = (piece, ...);
+    if (cut.end == PieceEnd::write_partial) {
+      write_split_state<Traits::kConsumers, Traits::kDTiles, kSplitBarrier>(
+          params.split_flags, params.split_partials, cut.slot, consumer, o[0], row_max[0],
+          row_sum[0]);
+      FLASHPP_FWD_STAMP(items_done, role, output_done, clock64());
+      return;
+    }
+    if (cut.end == PieceEnd::merge_partial) {
+      merge_split_state<Traits::kConsumers, Traits::kDTiles, kSplitBarrier>(
+          params.split_flags, params.split_partials, cut.slot, consumer, p.scale_log2,
+          o[0], row_max[0], row_sum[0]);
+    }
+  }
+
   if constexpr (Traits::kDirectOutput) {
     const float keep_scale = p.dropout.threshold != 0 ? p.dropout.keep_scale : 1.0f;
     store_output_rows<typename Traits::Element>(o[0], row_max[0], row_sum[0], p, tile.b, tile.h, row0,
@@ -877,9 +938,10 @@ __device__ __forceinline__ void consumer_loop(const Sm90ForwardParams& params,
   turns.start();
   int ring = 0;
   consumer_walk<Traits>(params, smem, walk, 1 + consumer,
-                        [&](const ForwardTile& tile, int items_done, auto q_waited) {
+                        [&](const ForwardTile& tile, int items_done, auto q_waited,
+                            const auto&... piece) {
                           consumer_item<Traits, kExtras, decltype(q_waited)::value, kWalk>(
-                              params, smem, tile, consumer, turns, items_done, ring);
+                              params, smem, tile, consumer, turns, items_done, ring, piece...);
                         });
   turns.finish();
 }
@@ -895,10 +957,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   poison_dynamic_smem(smem_raw);  // test builds only (poison.cuh)
   const SharedStorage<Traits> smem{smem_raw};
-  const ItemWalk<kWalk> walk{params.q_tiles * params.heads, params.q_tiles, params.heads,
-                             params.args.heads_per_group * params.q_tiles};
+  ItemWalk<kWalk> walk{params.q_tiles * params.heads, params.q_tiles, params.heads,
+                       params.args.heads_per_group * params.q_tiles};
 
   if (threadIdx.x == 0) {
+    if constexpr (kWalk == WalkKind::split) *smem.ticket() = take_split_ticket(params.split_flags);
     ptx::mbarrier_init(smem.q_full(), 1);
     ptx::mbarrier_init(smem.q_empty(), 4 * Traits::kConsumers);  // one arrival per warp
     ptx::mbarrier_init(smem.handoff_empty(), 128 * Traits::kConsumers);  // one per thread
@@ -911,6 +974,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::fence_barrier_init();
   }
   __syncthreads();
+  if constexpr (kWalk == WalkKind::split) {
+    walk.plan = params.split;
+    walk.ticket = *smem.ticket();
+  }
 
   const int warpgroup = ptx::warpgroup_index();
   if (warpgroup == 0) {

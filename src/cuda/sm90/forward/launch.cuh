@@ -12,8 +12,10 @@
 
 #include "../../../api/problem.hpp"
 #include "../../common/check_cuda.hpp"
+#include "../../common/poison.cuh"
 #include "../../common/tensor_map.hpp"
 #include "kernel.cuh"
+#include "split_walk.hpp"
 #include "tile_config.hpp"
 #include "../../common/occupancy.hpp"
 
@@ -222,6 +224,50 @@ inline std::int64_t query_tile_shift(const ForwardParams& params, int block_m) {
   return missing / 64 * 64;
 }
 
+// The tiles whose kernel is instantiated with the split walk (split_walk.hpp): the D=128 tile,
+// the one whose unmasked calls session 30 run 1 measured bound by the partial last round (128
+// blocks as fast as 132 at N 1024 and 4096). Other tiles keep the stride walk (their objects would
+// grow by a kernel each; the tall D=64 tile's part-empty last tiles make its items unequal).
+template <typename Traits>
+inline constexpr bool kSplitWalk = Traits::kHeadDim == 128 && Traits::kConsumers == 2 &&
+                                   Traits::kQFreeAfterScores;
+
+// When the split walk is worth its costs (session 30 run 3, H100, bf16, D=128, B=4 H=32,
+// gpu_compare 20 rounds, against the stride walk): with 32 key tiles an item and more (N 4096,
+// 8192, 16384) +1.9..+2.0%, and the split kernel walking whole items only measured as the stride
+// kernel; with 16 (N=2048) -1.3%, with 8 (N=1024) -9%, where the split kernel lost 6.7% walking
+// whole items only (a cost per item that long items hide) and the cuts 2.5% more. So: items of
+// at least kSplitMinKeyTiles key tiles, and a gain of at least kSplitMinGainSteps key-tile steps
+// a block (the idle steps of the last round, (G - I mod G) T / G).
+inline constexpr std::int64_t kSplitMinKeyTiles = 32;
+inline constexpr std::int64_t kSplitMinGainSteps = 4;
+
+// The split walk's plan for an unmasked call without softcap and dropout on the persistent grid
+// of `blocks` blocks: none where it does not split or does not pay (above), or where the heads
+// take several launches. FLASHPP_SM90_FWD_SPLIT=0 turns it off, =1 takes it wherever the plan can
+// cut (tests, A/B runs; read at every call).
+inline SplitWalkPlan split_walk_plan(std::int64_t q_len, std::int64_t k_len,
+                                     std::int64_t batch_heads, int block_m, int block_n,
+                                     std::int64_t blocks) {
+  const int forced = env_switch("FLASHPP_SM90_FWD_SPLIT");
+  if (batch_heads > 65535 || forced == 0) return {};
+  const std::int64_t items = (q_len + block_m - 1) / block_m * batch_heads;
+  const std::int64_t tiles = (k_len + block_n - 1) / block_n;
+  const SplitWalkPlan plan = plan_split_walk(items, tiles, blocks);
+  if (forced == 1 || !plan.splits()) return plan;
+  const std::int64_t gain_steps = (blocks - items % blocks) * tiles / blocks;
+  return tiles >= kSplitMinKeyTiles && gain_steps >= kSplitMinGainSteps ? plan : SplitWalkPlan{};
+}
+
+// Whether a call can take the split walk at all (launch_forward_tiles and the workspace query,
+// forward_split_workspace_bytes): no mask, softcap or dropout, and the persistent grid not
+// switched off. Problem and ForwardParams both have these fields.
+template <typename Call>
+inline bool split_walk_call(const Call& call) {
+  return !call.mask.active() && call.softcap == 0.0f && call.dropout.threshold == 0 &&
+         persistent_forced() != 0;
+}
+
 // kExtras: whether the softcap and dropout kernels are instantiated for these tiles (callers with
 // softcap or dropout must use tiles that have them).
 template <typename Traits, bool kExtras = true>
@@ -260,6 +306,30 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
   }
   if (choice.walk == WalkKind::snake) {
     kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none, WalkKind::snake>;
+  }
+  if constexpr (kSplitWalk<Traits>) {
+    if (choice.grid == ForwardGrid::walk_persistent && choice.walk == WalkKind::stride && !extras &&
+        split_walk_call(params)) {
+      auto split_kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none, WalkKind::split>;
+      const std::int64_t blocks = persistent_blocks(
+          cached_resident_blocks(split_kernel, Traits::kThreads, Traits::kSmemBytes));
+      const SplitWalkPlan plan = split_walk_plan(params.q_len, params.k_len, batch_heads,
+                                                 Traits::kBlockM, Traits::kBlockN, blocks);
+      const std::size_t bytes = split_workspace_bytes(blocks, Traits::kConsumers, Traits::kDTiles);
+      // The workspace query (forward_split_workspace_bytes) sized it for this grid; a smaller
+      // caller's workspace keeps the stride walk.
+      if (plan.splits() && args.workspace.data != nullptr && args.workspace.bytes >= bytes) {
+        auto* base = static_cast<unsigned char*>(args.workspace.data);
+        const std::int64_t partials = split_partials_offset(blocks, Traits::kConsumers);
+        p.split = plan;
+        p.split_flags = reinterpret_cast<int*>(base);
+        p.split_partials = reinterpret_cast<float4*>(base + partials);
+        check_cuda(cudaMemsetAsync(base, 0, static_cast<std::size_t>(partials), stream),
+                   "cudaMemsetAsync (sm90 forward split walk flags)");
+        poison_device_buffer(base + partials, bytes - static_cast<std::size_t>(partials), stream);
+        kernel = split_kernel;
+      }
+    }
   }
 #if FLASHPP_SM90_FWD_TRACE
   p.trace = trace_buffer(stream);
