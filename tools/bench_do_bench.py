@@ -10,6 +10,9 @@ for both. flashpp is called through its C API (libflashpp.so, ctypes, views buil
       [--shape B,Hq,Hkv,Nq,Nk,D]...
 
 B=4, Hq=32 (B=2 at N=16384, as the Hopper issues state); --shape adds other problems (GQA, Nq != Nk).
+--interleaved ROUNDS times the same calls with gpu_compare.py's method instead (GPU time, one call
+of each provider per round in balanced orders, median over at least ROUNDS rounds): the
+interleaved figures for shapes gpu_compare.py's fixed grid does not have.
 """
 import argparse
 import os
@@ -82,6 +85,45 @@ def bench(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd):
     return res
 
 
+def bench_interleaved(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd, rounds):
+    """bench's problem and providers, timed by gpu_compare.time_interleaved (GPU time)."""
+    torch.manual_seed(0)
+    q = torch.randn(B, Nq, Hq, D, device="cuda", dtype=dtype)
+    k, v = (torch.randn(B, Nk, Hkv, D, device="cuda", dtype=dtype) for _ in range(2))
+    do = torch.randn_like(q)
+    o, dq, dk, dv = torch.empty_like(q), torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    lse = torch.empty(B, Hq, Nq, device="cuda", dtype=torch.float32)
+    ffl = flops_fwd(B, Hq, Nq, Nk, D, causal)
+    fwd_fns, bwd_fns = {}, {}
+    for name, lib in libs.items():
+        opts = base_library(lib).options(causal)
+        fwd_fns[name] = lib.bound("fwd", (q, k, v, o, lse), opts)
+        bwd_fns[name] = lib.bound("bwd", (q, k, v, o, lse, do, dq, dk, dv), opts)
+    fwd_fns["ours"]()  # o and lse for every library's backward
+    gqa = Hq != Hkv
+    qt = q.transpose(1, 2).detach().requires_grad_(do_bwd)
+    kt, vt = (x.transpose(1, 2).detach().requires_grad_(do_bwd) for x in (k, v))
+    dot = do.transpose(1, 2)
+    for name in peers:
+        def fwd(backend=PEERS[name]):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa,
+                                                      dropout_p=gpu_compare.DROPOUT)
+        try:
+            out = fwd()
+        except RuntimeError as e:
+            print(f"  {name} unavailable: {str(e).splitlines()[0][:100]}", flush=True)
+            continue
+        fwd_fns[name] = fwd
+        bwd_fns[name] = lambda out=out: torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True)
+    res = {}
+    for d, fns, flops, wanted in (("fwd", fwd_fns, ffl, do_fwd), ("bwd", bwd_fns, 2.5 * ffl, do_bwd)):
+        if wanted:
+            for name, ms in gpu_compare.time_interleaved(fns, rounds=rounds).items():
+                res[(d, name)] = flops / ms / 1e9
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True)
@@ -95,6 +137,8 @@ def main():
                     metavar="NAME=env:VAR=VALUE|opt:FIELD=VALUE|PATH[+env:...|+opt:...]")
     ap.add_argument("--dropout", type=float, default=0.0, help="for ours and the peers")
     ap.add_argument("--shape", action="append", default=[], metavar="B,Hq,Hkv,Nq,Nk,D")
+    ap.add_argument("--interleaved", type=int, default=0, metavar="ROUNDS",
+                    help="time with gpu_compare.py's interleaved rounds instead of do_bench")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     gpu_compare.DROPOUT = args.dropout
@@ -111,13 +155,19 @@ def main():
         problems.append(tuple(int(x) for x in s.split(",")))
     print(f"flashpp kernels: {fp.kernel_families()}", flush=True)
     names = list(libs) + peers
-    lines = [f"do_bench medians, TFLOPS; GPU {torch.cuda.get_device_name()}, torch {torch.__version__}"]
+    method = (f"interleaved GPU time (gpu_compare.time_interleaved, {args.interleaved} rounds)"
+              if args.interleaved else "do_bench")
+    lines = [f"{method} medians, TFLOPS; GPU {torch.cuda.get_device_name()}, torch {torch.__version__}"]
     head = f"{'dir':3} {'dtype':5} {'B,Hq,Hkv,Nq,Nk,D':>24} {'causal':>6} | " + \
         " ".join(f"{n:>8}" for n in names) + " | " + " ".join(f"{'ours/' + p:>11}" for p in peers)
     for dname in args.dtypes.split(","):
         for prob in problems:
             for causal in (False, True):
-                res = bench(libs, peers, *prob, causal, dtypes[dname], not args.bwd_only, not args.fwd_only)
+                if args.interleaved:
+                    res = bench_interleaved(libs, peers, *prob, causal, dtypes[dname], not args.bwd_only,
+                                            not args.fwd_only, args.interleaved)
+                else:
+                    res = bench(libs, peers, *prob, causal, dtypes[dname], not args.bwd_only, not args.fwd_only)
                 for d in ("fwd", "bwd"):
                     if (d, "ours") not in res:
                         continue
@@ -129,7 +179,8 @@ def main():
                     lines.append(line)
     out = "\n".join([lines[0], head] + lines[1:])
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "do_bench_table.txt"), "w") as f:
+    table = "interleaved_table.txt" if args.interleaved else "do_bench_table.txt"
+    with open(os.path.join(args.out, table), "w") as f:
         f.write(out + "\n")
     print("\n" + out)
 

@@ -166,8 +166,8 @@ struct Workspace {
 
 // Bytes of scratch forward() needs on the tensors' device (now: the CUDA FP8 forward's V
 // transposed, as large as V; on Hopper, unmasked fp16/bf16 calls at head dims 104-128 with 3969
-// keys or more whose last round of work items is partial, the split walk's partial states, about
-// 70 KB per SM; 0 for everything else). forward() allocates it when given none.
+// keys or more that take the split walk (README, "CUDA kernel families"), its partial states,
+// about 70 KB per SM; 0 for everything else). forward() allocates it when given none.
 std::size_t forward_workspace_size(const TensorView& q, const TensorView& k, const TensorView& v,
                                    const Options& options = {});
 

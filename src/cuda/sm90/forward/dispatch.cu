@@ -49,7 +49,8 @@ std::size_t forward_split_workspace_bytes(const detail::Problem& pr) {
              "cudaDeviceGetAttribute (SM count)");
   const std::int64_t blocks = persistent_blocks(sms);
   const SplitWalkPlan plan =
-      split_walk_plan(pr.Nq, pr.Nk, pr.B * pr.Hq, 64 * Config::consumers, Config::block_n, blocks);
+      split_walk_plan(pr.Nq, pr.Nk, pr.B * pr.Hq, pr.Hq / pr.Hkv, 64 * Config::consumers,
+                      Config::block_n, 2 * 128 * 2, blocks, device_l2_bytes(pr.device.index));
   return plan.splits() ? split_workspace_bytes(blocks, Config::consumers, 128 / 8) : 0;
 }
 
