@@ -45,13 +45,19 @@ def flops_fwd(B, Hq, Nq, Nk, D, causal):
     return 4.0 * B * Hq * pairs * D
 
 
-def bench(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd):
+def make_problem(B, Hq, Hkv, Nq, Nk, D, dtype):
+    """Inputs (seed 0) and outputs of one problem, [B, N, H, D]: q, k, v, o, lse, do, dq, dk, dv."""
     torch.manual_seed(0)
     q = torch.randn(B, Nq, Hq, D, device="cuda", dtype=dtype)
     k, v = (torch.randn(B, Nk, Hkv, D, device="cuda", dtype=dtype) for _ in range(2))
     do = torch.randn_like(q)
     o, dq, dk, dv = torch.empty_like(q), torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     lse = torch.empty(B, Hq, Nq, device="cuda", dtype=torch.float32)
+    return q, k, v, o, lse, do, dq, dk, dv
+
+
+def bench(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd):
+    q, k, v, o, lse, do, dq, dk, dv = make_problem(B, Hq, Hkv, Nq, Nk, D, dtype)
     res = {}
     ffl = flops_fwd(B, Hq, Nq, Nk, D, causal)
     for name, lib in libs.items():
@@ -87,12 +93,7 @@ def bench(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd):
 
 def bench_interleaved(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd, rounds):
     """bench's problem and providers, timed by gpu_compare.time_interleaved (GPU time)."""
-    torch.manual_seed(0)
-    q = torch.randn(B, Nq, Hq, D, device="cuda", dtype=dtype)
-    k, v = (torch.randn(B, Nk, Hkv, D, device="cuda", dtype=dtype) for _ in range(2))
-    do = torch.randn_like(q)
-    o, dq, dk, dv = torch.empty_like(q), torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    lse = torch.empty(B, Hq, Nq, device="cuda", dtype=torch.float32)
+    q, k, v, o, lse, do, dq, dk, dv = make_problem(B, Hq, Hkv, Nq, Nk, D, dtype)
     ffl = flops_fwd(B, Hq, Nq, Nk, D, causal)
     fwd_fns, bwd_fns = {}, {}
     for name, lib in libs.items():
