@@ -234,7 +234,7 @@ TEST(CudaBackward, SmallShapesEveryPath) {
   FLASHPP_SKIP_WITHOUT_GPU();
   std::uint64_t seed = 50;
   for (bool deterministic : {false, true}) {
-    for (std::int64_t D : {64, 136, 200}) {
+    for (std::int64_t D : {64, 96, 136, 200}) {
       AttentionCase c = make_case({1, 70, 150, 2, 1, D}, DType::f16, Layout::bnhd, ++seed);
       c.options.deterministic = deterministic;
       c.options.causal = true;

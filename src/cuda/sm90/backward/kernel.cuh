@@ -115,6 +115,17 @@ constexpr bool kSplitMask = FLASHPP_SM90_BWD_SPLIT_MASK != 0;
 #define FLASHPP_SM90_BWD_DQ_STAGES 2
 #endif
 
+// Where a step's bulk dQ reduce-add leaves (kDqBulk): 0 right after its dQ is staged, where
+// the proxy fence before it waits for the staging stores (ncu, session 31: ~9% of the D=64 and
+// D=128 kernels' warp samples at that fence); 1 in the next step, after that step's first
+// products are issued (S^T and dP^T; with kPipeline dP^T), while they run; 2 in the next step
+// before them (with kPipeline after its S^T wait; without, as 1). The last step's leaves after
+// the loop. -1 (default): 1 below D=128 (D=64 -0.6..+3.4%, D=96 -0.8..+1.0%), 0 from 128 (1
+// measured -2.9..+0.8% there, 2 -0.3..-3.5%; session 31 runs 2-3, perf-notes).
+#ifndef FLASHPP_SM90_BWD_DQ_DEFER
+#define FLASHPP_SM90_BWD_DQ_DEFER -1
+#endif
+
 // 0: no dQ additions at all, in either sm90 backward kernel; 2: kernel.cuh's bulk reduce-adds
 // issued twice (twice the reduction traffic, the same work in the consumers). Timing experiments
 // only (what the additions cost, and whether their L2 traffic is that cost); dQ comes out wrong.
@@ -192,6 +203,10 @@ struct Sm90BackwardTraits {
   static constexpr int kDqTiles = kDqColumns / 8;
   static constexpr int kDsBuffers = kBlockDq ? 2 : 1;  // the other consumer reads ours: 2 deep
   static constexpr bool kDqBulk = FLASHPP_SM90_BWD_DQ_BULK != 0 && !kDeterministic;
+  // A step's bulk dQ leaves in the next step (FLASHPP_SM90_BWD_DQ_DEFER; -1: below D=128).
+  static constexpr bool kDqDefer =
+      kDqBulk && FLASHPP_SM90_BWD_DQ_ADDS != 0 &&
+      (FLASHPP_SM90_BWD_DQ_DEFER < 0 ? kHeadDim < 128 : FLASHPP_SM90_BWD_DQ_DEFER != 0);
   // The deterministic mode's dQ through the writer threads (write_dq_in_turns).
   static constexpr bool kDqWriter = kDeterministic;
   // A warp's dQ part of a step: 16 rows x kDqColumns, in the accumulator's order (dq_accum.cuh).
@@ -565,6 +580,32 @@ __device__ __forceinline__ void release_step(std::uint64_t* empty, int lane, int
   }
 }
 
+// The two halves of a warp's bulk dQ addition (add_warp_dq below; kDqDefer runs them a step
+// apart). stage_warp_dq: the warp's fragments into its staging area, once
+// the reduce that read the area kStageBuffers steps ago has read it.
+template <int kStageBuffers, int kTiles>
+__device__ __forceinline__ void stage_warp_dq(const float (&dq)[kTiles][4], float* stage, int lane) {
+  if (lane == 0) bulk_wait_read<kStageBuffers - 1>();
+  __syncwarp();
+#pragma unroll
+  for (int dt = 0; dt < kTiles; ++dt) dq_accum_stage_fragment(stage + dt * kDqAccumBlockFloats, lane, dq[dt]);
+}
+
+// send_warp_dq: the staged area added into dst() (its first accumulator block, computed by lane
+// 0 after the fence: computed before it, the address arithmetic cost the D=128 kernel 5%, session
+// 31 run 2) by one bulk reduce-add of lane 0, after every lane's proxy fence.
+template <int kTiles, typename Dst>
+__device__ __forceinline__ void send_warp_dq(const Dst& dst, const float* stage, int lane) {
+  ptx::fence_shared_to_async();
+  __syncwarp();
+  if (lane == 0) {
+    float* const first = dst();
+    bulk_reduce_add(first, stage, kTiles * kDqAccumBlockFloats * 4);
+    if constexpr (FLASHPP_SM90_BWD_DQ_ADDS == 2) bulk_reduce_add(first, stage, kTiles * kDqAccumBlockFloats * 4);
+    bulk_commit();
+  }
+}
+
 // accumulate_dq of one warp: its 16 rows (row block `row_block`) x kTiles 8-column tiles from
 // column tile dt0 added into the fragment-ordered float32 accumulator (common/dq_accum.cuh, shared
 // with the sm80 family and its postprocess). kBulk: staged in `stage` (the warp's own area of
@@ -578,21 +619,8 @@ __device__ __forceinline__ void add_warp_dq(const BackwardParams& p, std::int64_
                                             std::int64_t row_block, int dt0,
                                             const float (&dq)[kTiles][4], float* stage, int lane) {
   if constexpr (kBulk) {
-    if (lane == 0) bulk_wait_read<kStageBuffers - 1>();
-    __syncwarp();
-#pragma unroll
-    for (int dt = 0; dt < kTiles; ++dt) dq_accum_stage_fragment(stage + dt * kDqAccumBlockFloats, lane, dq[dt]);
-    ptx::fence_shared_to_async();
-    __syncwarp();
-    if (lane == 0) {
-      bulk_reduce_add(dq_accum_block(p, bh, row_block, dt0, p.accum_width), stage,
-                      kTiles * kDqAccumBlockFloats * 4);
-      if constexpr (FLASHPP_SM90_BWD_DQ_ADDS == 2) {
-        bulk_reduce_add(dq_accum_block(p, bh, row_block, dt0, p.accum_width), stage,
-                        kTiles * kDqAccumBlockFloats * 4);
-      }
-      bulk_commit();
-    }
+    stage_warp_dq<kStageBuffers>(dq, stage, lane);
+    send_warp_dq<kTiles>([&] { return dq_accum_block(p, bh, row_block, dt0, p.accum_width); }, stage, lane);
   } else {
     (void)stage;
 #pragma unroll
@@ -782,6 +810,22 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
   if (tile.steps > 0) mbarrier_wait(smem.kv_full(), 0);
   FLASHPP_BWD_CONSUMER_STAMP(kv_ready, clock64());
   if (kPipeline && tile.steps > 0) issue_s(0);
+  // kDqDefer: step `step` sends the previous step's staged dQ to dq_pending (that step's first
+  // accumulator block), then points dq_pending at its own (st: the step's query head and tile),
+  // while its first products run.
+  float* dq_pending = nullptr;
+  auto send_pending_dq = [&](int step, const BackwardStep& st) {
+    if constexpr (Traits::kDqDefer) {
+      if (step > 0) {
+        send_warp_dq<Traits::kDqTiles>([&] { return dq_pending; },
+                                       smem.dq_stage(consumer, warp, (step - 1) % Traits::kDqStageBuffers), lane);
+      }
+      if (step < tile.steps) {
+        dq_pending = dq_accum_block(p, tile.b * p.q_heads + st.h, (st.m0 + warp * 16) / 16,
+                                    Traits::kBlockDq ? consumer * Traits::kDqTiles : 0, p.accum_width);
+      }
+    }
+  };
   StepWalk<Traits> walk(p, tile);
   for (int step = 0; step < tile.steps; ++step, walk.advance()) {
     const int s = step % Traits::kStages;
@@ -789,9 +833,11 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     if constexpr (kPipeline) {
       ptx::wgmma_wait<0>();  // S^T, issued at the end of the previous step
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(s_t));
+      if constexpr (FLASHPP_SM90_BWD_DQ_DEFER == 2) send_pending_dq(step, st);
       ptx::wgmma_fence();
       issue_transposed_scores<Traits>(dp_t, v_rows, smem.dout(s));
       ptx::wgmma_commit();
+      if constexpr (FLASHPP_SM90_BWD_DQ_DEFER != 2) send_pending_dq(step, st);
     } else {
       mbarrier_wait(smem.step_full(s), static_cast<std::uint32_t>(step / Traits::kStages) & 1u);
       ptx::wgmma_fence();
@@ -799,6 +845,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       if constexpr (Traits::kOverlap) ptx::wgmma_commit();
       issue_transposed_scores<Traits>(dp_t, v_rows, smem.dout(s));
       ptx::wgmma_commit();
+      send_pending_dq(step, st);
     }
     // While the products run: which elements need the mask test, and the dropout decisions.
     const bool needs_mask = walk.needs_mask(st.m0);
@@ -951,6 +998,11 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     if constexpr (!kDqAdds) {
       (void)row_block;
       (void)dt0;
+    } else if constexpr (Traits::kDqDefer) {
+      (void)bh;  // the step's accumulator block is dq_pending (send_pending_dq)
+      (void)row_block;
+      (void)dt0;
+      stage_warp_dq<Traits::kDqStageBuffers>(dq, smem.dq_stage(consumer, warp, step % Traits::kDqStageBuffers), lane);
     } else if constexpr (Traits::kDqBulk) {
       add_warp_dq<true, Traits::kDqStageBuffers>(
           p, bh, row_block, dt0, dq, smem.dq_stage(consumer, warp, step % Traits::kDqStageBuffers), lane);
@@ -965,6 +1017,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
   // The last step's extra S^T (kPipeline); unconditional: a wait on some paths only made ptxas
   // serialise the products.
   if constexpr (kPipeline) ptx::wgmma_wait<0>();
+  send_pending_dq(tile.steps, BackwardStep{});  // the last step's dQ (kDqDefer)
   // The last reduce-adds complete before the block ends (their source is this block's memory).
   if constexpr (Traits::kDqBulk) {
     if (lane == 0) bulk_wait<0>();
