@@ -684,6 +684,21 @@ __device__ __forceinline__ void pass_item(const SharedStorage<Traits>& smem, con
   ring += num_tiles;
 }
 
+// Masked tiles through tile_visibility / apply_mask_bits (common/forward_steps.cuh: a word of
+// visible keys per row, one bit test an element) instead of apply_mask's index and two compares
+// an element: on the masked calls' walk (snake) in tiles of no more rows than keys (two
+// warpgroups on 128-key tiles: D 64, 96, 128). Session 31 runs 7-8: D=128 causal +2.5..+3.5% at
+// N=1024, +1% at 2048, within +-0.5% from 4096 on; the tall D=64 tile gained 3-4% at 1024 and lost
+// 2-3% at 16384 (its steady loop scheduled otherwise), so it keeps apply_mask, as do the stride
+// and split walks (their masked tiles are the few at Nk; with bits their unmasked loops lost
+// ~1.7% at D=64). FLASHPP_SM90_FWD_MASK_BITS=0: apply_mask everywhere.
+#ifndef FLASHPP_SM90_FWD_MASK_BITS
+#define FLASHPP_SM90_FWD_MASK_BITS 1
+#endif
+template <typename Traits, WalkKind kWalk>
+inline constexpr bool kMaskBits = FLASHPP_SM90_FWD_MASK_BITS != 0 && Traits::kNTiles <= 16 &&
+                                  kWalk == WalkKind::snake && Traits::kBlockM <= Traits::kBlockN;
+
 // Whether a kernel's consumer warpgroups take their own key tiles (warpgroup_keys): the snake
 // walk's (the masked calls' persistent kernel) in tiles of more rows than keys (the tall D=64
 // tile, D 192/256). Not in tiles of no more rows than keys (two warpgroups on 128-key tiles: D
@@ -779,9 +794,20 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     auto softmax_steps = [&](float (&s)[1][Traits::kNTiles][4], std::int64_t n_block, auto first) {
       const std::int64_t n0 = n_block * Traits::kBlockN;
       const bool masked = own.needs_mask(n_block);
+      // A masked tile's visible keys, once (kMaskBits), for the mask and the speculation's test.
+      [[maybe_unused]] TileVisibility<Traits> visible;
+      if constexpr (kMaskBits<Traits, kWalk>) {
+        if (masked) visible = tile_visibility<Traits>(p, row0, n0, lane);
+      }
       auto score_extras = [&](float (&x)[1][Traits::kNTiles][4]) {
         if (kSoftcap && p.softcap > 0.0f) apply_softcap<Traits>(x, p);
-        if (masked) apply_mask<Traits>(x, p, row0, n0, lane);
+        if (masked) {
+          if constexpr (kMaskBits<Traits, kWalk>) {
+            apply_mask_bits<Traits>(x, visible);
+          } else {
+            apply_mask<Traits>(x, p, row0, n0, lane);
+          }
+        }
       };
       score_extras(s);
       SoftmaxCorrection<Traits> correction;
@@ -790,8 +816,12 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
         if (masked) {
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            const int2 bounds = tile_key_bounds<Traits>(p, row0 + (lane >> 2) + 8 * half, n0);
-            sees_tile[0][half] = bounds.x <= bounds.y;
+            if constexpr (kMaskBits<Traits, kWalk>) {
+              sees_tile[0][half] = visible.sees[0][half];
+            } else {
+              const int2 bounds = tile_key_bounds<Traits>(p, row0 + (lane >> 2) + 8 * half, n0);
+              sees_tile[0][half] = bounds.x <= bounds.y;
+            }
           }
         }
         // The plain kernels vote on the lanes' sums of P, the dropout kernels on their largest P
