@@ -120,8 +120,9 @@ constexpr bool kSplitMask = FLASHPP_SM90_BWD_SPLIT_MASK != 0;
 // D=128 kernels' warp samples at that fence); 1 in the next step, after that step's first
 // products are issued (S^T and dP^T; with kPipeline dP^T), while they run; 2 in the next step
 // before them (with kPipeline after its S^T wait; without, as 1). The last step's leaves after
-// the loop. -1 (default): 1 below D=128 (D=64 -0.6..+3.4%, D=96 -0.8..+1.0%), 0 from 128 (1
-// measured -2.9..+0.8% there, 2 -0.3..-3.5%; session 31 runs 2-3, perf-notes).
+// the loop. -1 (default): 1 below D=128 without dropout (D=64 -0.6..+3.4%, D=96 -0.8..+1.0%), 0
+// from 128 (1 measured -2.9..+0.8% there, 2 -0.3..-3.5%; session 31 runs 2-3, perf-notes) and
+// with dropout (not timed).
 #ifndef FLASHPP_SM90_BWD_DQ_DEFER
 #define FLASHPP_SM90_BWD_DQ_DEFER -1
 #endif
@@ -203,10 +204,12 @@ struct Sm90BackwardTraits {
   static constexpr int kDqTiles = kDqColumns / 8;
   static constexpr int kDsBuffers = kBlockDq ? 2 : 1;  // the other consumer reads ours: 2 deep
   static constexpr bool kDqBulk = FLASHPP_SM90_BWD_DQ_BULK != 0 && !kDeterministic;
-  // A step's bulk dQ leaves in the next step (FLASHPP_SM90_BWD_DQ_DEFER; -1: below D=128).
+  // A step's bulk dQ leaves in the next step (FLASHPP_SM90_BWD_DQ_DEFER; -1: below D=128 without
+  // dropout, where it was measured; the D=64 dropout kernel kept two more local-memory accesses
+  // with it, untimed).
   static constexpr bool kDqDefer =
       kDqBulk && FLASHPP_SM90_BWD_DQ_ADDS != 0 &&
-      (FLASHPP_SM90_BWD_DQ_DEFER < 0 ? kHeadDim < 128 : FLASHPP_SM90_BWD_DQ_DEFER != 0);
+      (FLASHPP_SM90_BWD_DQ_DEFER < 0 ? kHeadDim < 128 && !kDropout : FLASHPP_SM90_BWD_DQ_DEFER != 0);
   // The deterministic mode's dQ through the writer threads (write_dq_in_turns).
   static constexpr bool kDqWriter = kDeterministic;
   // A warp's dQ part of a step: 16 rows x kDqColumns, in the accumulator's order (dq_accum.cuh).
