@@ -20,6 +20,7 @@
 
 #include "dropout_signs.cuh"
 #include "forward_params.hpp"
+#include "key_bits.hpp"
 #include "math.cuh"
 #include "warp_reduce.cuh"
 
@@ -83,7 +84,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[Traits::kMTiles][Traits::k
 
 // apply_mask's rule as one word of visible keys per row half (kNTiles <= 16): bit 2 nt + e stands
 // for the thread's key nt*8 + 2t + e, so a row's visible keys, a run [first, last] of the
-// tile's, are a run of bits (the thread's keys ascend with the bit). Each row's run comes from
+// tile's, are a run of bits (common/key_bits.hpp). Each row's run comes from
 // the warp's first row by small 32-bit offsets (one 64-bit distance per side, saturated), and an
 // element takes one bit test instead of apply_mask's column index and two compares (its masked
 // tiles' element work was ~3.5 instructions an element, session 31). `sees`: whether the row
@@ -111,12 +112,6 @@ __device__ __forceinline__ TileVisibility<Traits> tile_visibility(const ForwardP
   const int first0 = saturate(d - p.mask.left);           // first visible key - key0
   const int last0 = saturate(d + p.mask.right);           // last key of the band - key0
   const int last_key = saturate(p.k_len - 1 - key0);      // the last key below Nk - key0
-  // Bits below position x of the thread's keys (key - key0 - 2t = 8 (b / 2) + b % 2 at bit b).
-  auto bits_below = [](int x) {
-    x = x < 0 ? 0 : (x > n ? n : x);
-    const int r = x & 7;
-    return 2 * (x >> 3) + (r < 2 ? r : 2);
-  };
   TileVisibility<Traits> v;
 #pragma unroll
   for (int mt = 0; mt < Traits::kMTiles; ++mt)
@@ -125,10 +120,8 @@ __device__ __forceinline__ TileVisibility<Traits> tile_visibility(const ForwardP
       const int offset = mt * 16 + 8 * half;
       const int first = first0 + offset;
       const int last = min(last0 + offset, last_key);
-      v.sees[mt][half] = max(first, 0) <= min(last, n - 1);
-      const int lo = bits_below(first - 2 * t), hi = bits_below(last + 1 - 2 * t);
-      const std::uint32_t upto = hi >= 32 ? 0xffffffffu : (1u << hi) - 1u;
-      v.bits[mt][half] = lo >= hi ? 0u : upto & ~((1u << lo) - 1u);
+      v.sees[mt][half] = run_meets_tile(first, last, n);
+      v.bits[mt][half] = thread_key_bits(first, last, t, n);  // common/key_bits.hpp
     }
   return v;
 }
