@@ -52,6 +52,9 @@ struct BackwardParams {
   int* dq_turns = nullptr;
   std::int64_t rows_padded = 0;
   int accum_width = 0;
+  // dq_accum's blocks hold dQ^T fragments (common/dq_accum.cuh, dq_accum_t_block): set by a main
+  // kernel that computes dQ^T = K^T dS^T (the sm90 backward at D=64), read by the postprocess.
+  bool dq_accum_transposed = false;
   //   split partials [split_capacity][dV, dK][key rows][accum_width]: float32 sums of the main
   //   kernel's split units (tail_split.hpp, split_unit.cuh); the preprocess zeroes those that
   //   `split` cuts, the postprocess writes them out

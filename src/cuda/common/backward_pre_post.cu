@@ -155,7 +155,10 @@ __global__ void __launch_bounds__(kPostThreads) bwd_postprocess_kernel(const Bac
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int col_blocks = static_cast<int>(p.head_dim / 8);  // head_dim: a multiple of 8
-  const int fragments = band_rows / 16 * col_blocks;
+  // Transposed blocks (dq_accum_t_block): 16 columns x 8 rows each, as many per band.
+  const bool transposed = p.dq_accum_transposed;
+  const int t_col_blocks = static_cast<int>((p.head_dim + 15) / 16);
+  const int fragments = transposed ? band_rows / 8 * t_col_blocks : band_rows / 16 * col_blocks;
   const std::int64_t first_row_block = static_cast<std::int64_t>(band_index) * (band_rows / 16);
 
   // All of the warp's loads first, then the shared-memory stores.
@@ -165,7 +168,8 @@ __global__ void __launch_bounds__(kPostThreads) bwd_postprocess_kernel(const Bac
     const int f = warp + kPostWarps * k;
     if (f < fragments) {
       const float* block =
-          dq_accum_block(p, bh, first_row_block + f / col_blocks, f % col_blocks, p.accum_width);
+          transposed ? dq_accum_t_block(p, bh, f / (band_rows / 8), 2 * first_row_block + f % (band_rows / 8))
+                     : dq_accum_block(p, bh, first_row_block + f / col_blocks, f % col_blocks, p.accum_width);
       if constexpr (kDqAccumVector == 4) {  // the lane's four values are one 16-byte vector
         const float4 v = *reinterpret_cast<const float4*>(block + 4 * lane);
         c[k][0] = v.x, c[k][1] = v.y, c[k][2] = v.z, c[k][3] = v.w;
@@ -178,7 +182,14 @@ __global__ void __launch_bounds__(kPostThreads) bwd_postprocess_kernel(const Bac
 #pragma unroll
   for (int k = 0; k < kMaxFragmentsPerWarp; ++k) {
     const int f = warp + kPostWarps * k;
-    if (f < fragments) {
+    if (f < fragments && transposed) {
+      // (column g (+8), rows 2t, 2t + 1) of the block's 16 columns x 8 rows.
+      const int col = 16 * (f / (band_rows / 8)) + g, row = 8 * (f % (band_rows / 8)) + 2 * t;
+      band[row * pitch + col] = c[k][0];
+      band[(row + 1) * pitch + col] = c[k][1];
+      band[row * pitch + col + 8] = c[k][2];
+      band[(row + 1) * pitch + col + 8] = c[k][3];
+    } else if (f < fragments) {
       const int row = 16 * (f / col_blocks) + g, col = 8 * (f % col_blocks) + 2 * t;
       band[row * pitch + col] = c[k][0];
       band[row * pitch + col + 1] = c[k][1];

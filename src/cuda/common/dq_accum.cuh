@@ -35,6 +35,18 @@ __device__ __forceinline__ float* dq_accum_block(const BackwardParams& p, std::i
          ((bh * row_blocks + row_block) * (accum_width / 8) + col_block) * kDqAccumBlockFloats;
 }
 
+// The transposed order (BackwardParams::dq_accum_transposed), for a kernel whose accumulator
+// fragments are dQ^T's (rows = columns of dQ, columns = query rows): blocks of 16 columns x 8 rows,
+// (bh, col/16, row/8), row blocks innermost, so that the 8 blocks of a warp's 16 columns of a
+// 64-row query tile are 4 KB in one piece; inside a block the same lane-major order as above,
+// with (column, row) in the place of (row, column). First float of block (bh, col_block, row_block).
+__device__ __forceinline__ float* dq_accum_t_block(const BackwardParams& p, std::int64_t bh,
+                                                   int col_block, std::int64_t row_block) {
+  const std::int64_t row_blocks = p.rows_padded / 8;
+  return p.dq_accum +
+         ((bh * (p.accum_width / 16) + col_block) * row_blocks + row_block) * kDqAccumBlockFloats;
+}
+
 // Position of element c (0..3) of lane `lane` inside a block.
 __device__ __forceinline__ int dq_accum_slot(int lane, int c) {
   return (c / kDqAccumVector) * (32 * kDqAccumVector) + lane * kDqAccumVector + c % kDqAccumVector;

@@ -13,11 +13,13 @@
 //         dV += P^T dO,  dK += dS^T Q                 (wgmma, P^T and dS^T from registers)
 //         dQ = dS K                                   (wgmma, dS^T staged in shared memory)
 //     dQ is the block's at D=128: both consumers' dS^T (all 128 keys) times K, each consumer
-//     computing half of dQ's columns (half the atomic traffic); at D=64 each consumer's 64-key
-//     part of every column (FLASHPP_SM90_BWD_BLOCK_DQ forces one or the other); added into the
-//     float32 dQ accumulator (the sm80 family's fragment-ordered accumulator and postprocess) by
-//     one bulk reduce-add per warp from a staging area in shared memory (16-byte atomics straight
-//     from registers with FLASHPP_SM90_BWD_DQ_BULK=0; the deterministic mode below).
+//     computing half of dQ's columns (half the atomic traffic); at D=64 the block's too, as
+//     dQ^T = K^T dS^T over its 192 keys, one consumer in turn computing the previous step's
+//     (kDqTransposed; FLASHPP_SM90_BWD_DQ_T=0: each consumer's 64-key part of every column); at
+//     D=96 each consumer's part; added into the float32 dQ accumulator (fragment-ordered, shared
+//     with the sm80 family's postprocess; dQ^T's in the transposed order) by one bulk reduce-add
+//     per warp from a staging area in shared memory (16-byte atomics straight from registers with
+//     FLASHPP_SM90_BWD_DQ_BULK=0; the deterministic mode below).
 //   Inside a step the products overlap the element-wise work (kOverlap, two consumers): P^T is
 //   computed while dP^T runs, dV is issued before dS^T is computed, dK before dS^T is staged for
 //   dQ. Three consumers (D=64, 160 registers each) overlap one another's steps instead.
@@ -144,6 +146,17 @@ constexpr bool kDqAdds = FLASHPP_SM90_BWD_DQ_ADDS != 0;
 #define FLASHPP_SM90_BWD_EARLY_DKV 1
 #endif
 
+// dQ of the whole block as dQ^T = K^T dS^T at D=64 with three consumers (1; 0: each consumer adds
+// its own 64-key part of dQ, three times the L2 reduction traffic). The consumers' dS^T of a step
+// meet in a ring of three buffers; the step's dQ^T (64 columns x 64 queries over the block's 192
+// keys, one m64n64 product) is computed by one consumer in turn, in the step after, and added
+// into the accumulator in the transposed order (dq_accum_t_block) by one bulk reduce-add per warp
+// (the deterministic mode: staged whole for its writers). Session 32 runs 1-3 (H100, bf16, against
+// 0): +4..+15% (1024-16384, causal and not), deterministic +7..+19%, dropout 0.1 +1..+4%.
+#ifndef FLASHPP_SM90_BWD_DQ_T
+#define FLASHPP_SM90_BWD_DQ_T 1
+#endif
+
 // Consumer warpgroups at head dim 64 (2 or 3; the other head dims take 2): each owns 64 keys of
 // the block, so 3 make 192-key blocks, with 160 registers a consumer thread instead of 240. More
 // warps to hide each consumer's serial chain of products and element-wise work, as the
@@ -200,15 +213,22 @@ struct Sm90BackwardTraits {
       !kOverlap && !kDropout && FLASHPP_SM90_BWD_EARLY_DKV != 0;
   static constexpr bool kPipeline =
       kOverlap && (FLASHPP_SM90_BWD_PIPELINE < 0 ? kHeadDim >= 128 : FLASHPP_SM90_BWD_PIPELINE != 0);
-  static constexpr int kDqColumns = kBlockDq ? kHeadDim / kConsumers : kHeadDim;
-  static constexpr int kDqTiles = kDqColumns / 8;
-  static constexpr int kDsBuffers = kBlockDq ? 2 : 1;  // the other consumer reads ours: 2 deep
   static constexpr bool kDqBulk = FLASHPP_SM90_BWD_DQ_BULK != 0 && !kDeterministic;
+  // The block's dQ^T by one consumer in turn (FLASHPP_SM90_BWD_DQ_T): three consumers at D=64,
+  // bulk adds or the deterministic mode's writers.
+  static constexpr bool kDqTransposed = FLASHPP_SM90_BWD_DQ_T != 0 && kConsumers == 3 &&
+                                        kHeadDim == 64 && !kBlockDq &&
+                                        (FLASHPP_SM90_BWD_DQ_BULK != 0 || kDeterministic);
+  static constexpr int kDqColumns = kBlockDq ? kHeadDim / kConsumers : kHeadDim;
+  // A consumer's dQ accumulator: 8-column tiles of dQ, or with kDqTransposed 8-query tiles of dQ^T.
+  static constexpr int kDqTiles = kDqTransposed ? kBlockM / 8 : kDqColumns / 8;
+  // dS^T buffers: the other consumer reads ours (block dQ): 2 deep; kDqTransposed: a ring of 3.
+  static constexpr int kDsBuffers = kDqTransposed ? 3 : (kBlockDq ? 2 : 1);
   // A step's bulk dQ leaves in the next step (FLASHPP_SM90_BWD_DQ_DEFER; -1: below D=128 without
   // dropout, where it was measured; the D=64 dropout kernel kept two more local-memory accesses
   // with it, untimed).
   static constexpr bool kDqDefer =
-      kDqBulk && FLASHPP_SM90_BWD_DQ_ADDS != 0 &&
+      kDqBulk && !kDqTransposed && FLASHPP_SM90_BWD_DQ_ADDS != 0 &&
       (FLASHPP_SM90_BWD_DQ_DEFER < 0 ? kHeadDim < 128 && !kDropout : FLASHPP_SM90_BWD_DQ_DEFER != 0);
   // The deterministic mode's dQ through the writer threads (write_dq_in_turns).
   static constexpr bool kDqWriter = kDeterministic;
@@ -238,13 +258,16 @@ struct Sm90BackwardTraits {
   // of K (issue_query_gradient).
   static_assert(!kDqWriter || !kBlockDq || kDqColumns % 64 == 0 || 64 % kDqColumns == 0,
                 "the deterministic mode's dQ halves inside panels");
-  static constexpr int kBarrierCount = 1 + 2 * kStages + (kDqWriter ? 2 * kDqBufferBarriers : 0);
+  // kDqTransposed: per dS^T buffer full (every consumer with keys wrote) and empty (read).
+  static constexpr int kBarrierCount = 1 + 2 * kStages + (kDqWriter ? 2 * kDqBufferBarriers : 0) +
+                                       (kDqTransposed ? 2 * kDsBuffers : 0);
   static constexpr int kDqStage = kDs + kDsBuffers * kDsBufferBytes;
   // Staging areas per warp, used by steps in turn (FLASHPP_SM90_BWD_DQ_STAGES) where two fit
   // beside lse, delta and the barriers (D 64 and 128; one at 96).
   static constexpr int kDqStageSetBytes = 4 * kConsumers * kDqStageWarpBytes;
+  // (kDqTransposed: one; a consumer adds every third step at most.)
   static constexpr int kDqStageBuffers =
-      FLASHPP_SM90_BWD_DQ_STAGES >= 2 &&
+      FLASHPP_SM90_BWD_DQ_STAGES >= 2 && !kDqTransposed &&
               kDqStage + 2 * kDqStageSetBytes + 2 * kLseBytes + 8 * kBarrierCount <= 227 * 1024
           ? 2
           : 1;
@@ -295,6 +318,12 @@ struct BackwardShared {
   __device__ std::uint64_t* dq_full(int b) const { return dq_barriers(b); }
   __device__ std::uint64_t* dq_empty(int b) const { return dq_barriers(b) + 1; }
   __device__ std::uint64_t* dq_part(int b, int c) const { return dq_barriers(b) + 2 + c; }
+  // kDqTransposed, per dS^T buffer b: every consumer with keys has written its part (full), the
+  // step's dQ^T product has read it (empty).
+  __device__ std::uint64_t* ds_full(int b) const {
+    return barriers() + 1 + 2 * Traits::kStages + (Traits::kDqWriter ? 2 * Traits::kDqBufferBarriers : 0) + b;
+  }
+  __device__ std::uint64_t* ds_empty(int b) const { return ds_full(b) + Traits::kDsBuffers; }
 };
 
 // The work of one block: its key tile, its kv head's query heads, and the query tiles that see
@@ -502,6 +531,34 @@ __device__ __forceinline__ void issue_query_gradient(float (&acc)[kColumns / 8][
   }
 }
 
+// dQ^T = K^T dS^T over the first kKeys keys of the block (kDqTransposed, D=64): A = the K tile read
+// transposed (columns of K as rows, MN-major), B = the consumers' dS^T tiles of one buffer (keys
+// as rows, queries contiguous: MN-major), one m64n64 product whose accumulator holds dQ^T
+// (rows = columns of dQ, 16 a warp; columns = the step's queries).
+template <typename Traits, int kKeys>
+__device__ __forceinline__ void issue_transposed_query_gradient(float (&acc)[Traits::kDqTiles][4],
+                                                                const unsigned char* ds,
+                                                                const unsigned char* k) {
+  static_assert(Traits::kHeadDim == 64 && Traits::kDqTiles * 8 == Traits::kBlockM, "m64 = the head dim");
+  using Mma = ptx::WgmmaShape<Traits::kBlockM, typename Traits::Element>;
+  const std::uint64_t a_desc = ptx::smem_descriptor<ptx::Major::mn>(k, Traits::kKPanelBytes);
+  const std::uint64_t b_desc = ptx::smem_descriptor<ptx::Major::mn>(ds, Traits::kDsBytes);
+  auto& d = reinterpret_cast<float(&)[Traits::kBlockM / 2]>(acc);
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    Mma::template ss<1, 1>(d, ptx::advance_descriptor(a_desc, kk * 2048),
+                           ptx::advance_descriptor(b_desc, kk * 2048), kk > 0 ? 1 : 0);
+  }
+}
+
+// Consumers of a block with a key below Nk (the others skip every step): the dQ^T turns go round
+// these (kDqTransposed).
+template <typename Traits>
+__device__ __forceinline__ int consumers_with_keys(const BackwardParams& p, const BackwardTile& tile) {
+  const std::int64_t keys = p.k_len - tile.n0;
+  return keys >= Traits::kBlockN ? Traits::kConsumers : static_cast<int>((keys + 63) / 64);
+}
+
 // Dropout decisions of the thread's S^T accumulator elements (keys key0 + g + 8 (c / 2), queries
 // m0 + 8 nt + 2t + c % 2). One Philox call decides a 4 x 4 comb of a 16-query x 16-key block,
 // which lanes g and g ^ 1 hold split by key parity (common/philox.hpp): for each 32-query block
@@ -681,6 +738,22 @@ __device__ __forceinline__ void stage_dq_in_order(const BackwardShared<Traits>& 
   }
 }
 
+// Deterministic mode with kDqTransposed: the block's dQ^T of step `step` (one consumer's, all keys)
+// into the step's tile buffer (step % 2) in the transposed order, warp w's 16 columns as one
+// 4 KB piece, once the writer has added what was there two steps ago; then the hand-over.
+template <typename Traits>
+__device__ __forceinline__ void stage_dq_t_for_writer(const BackwardShared<Traits>& smem,
+                                                      const float (&dq)[Traits::kDqTiles][4], int warp,
+                                                      int lane, int step) {
+  const int buffer = step & 1;
+  if (step >= 2) mbarrier_wait(smem.dq_empty(buffer), static_cast<std::uint32_t>(step / 2 - 1) & 1u);
+  float* stage = smem.dq_tile(buffer) + warp * Traits::kDqTiles * kDqAccumBlockFloats;
+#pragma unroll
+  for (int dt = 0; dt < Traits::kDqTiles; ++dt) dq_accum_stage_fragment(stage + dt * kDqAccumBlockFloats, lane, dq[dt]);
+  ptx::fence_shared_to_async();  // this thread's writes, before the writer's bulk copy reads them
+  ptx::mbarrier_arrive(smem.dq_full(buffer));
+}
+
 // Deterministic mode, writer `w` (0 or 1; one thread of the producer warpgroup each): the block's
 // dQ of steps w, w + 2, ... (tile buffer w) into the accumulator, each in its turn (dq_turn): once
 // the consumers have staged the step, wait for the turn, add the 64 x kHeadDim tile with one bulk
@@ -694,7 +767,16 @@ __device__ __forceinline__ void write_dq_in_turns(const BackwardParams& p, const
     const std::int64_t bh = tile.b * p.q_heads + st.h;
     int* turns = p.dq_turns + bh * (p.rows_padded / 64) + st.m0 / 64;
     ptx::wait_turn_async(turns, dq_turn<Traits>(p, tile, st));
-    if constexpr (kDqAdds) {
+    if constexpr (kDqAdds && Traits::kDqTransposed) {
+      // dQ^T's tile: its 16-column blocks are apart in the accumulator (dq_accum_t_block).
+      constexpr int kBlockBytes = Traits::kDqTileBytes / (Traits::kHeadDim / 16);
+#pragma unroll
+      for (int cb = 0; cb < Traits::kHeadDim / 16; ++cb) {
+        bulk_reduce_add(dq_accum_t_block(p, bh, cb, st.m0 / 8), smem.dq_tile(w) + cb * (kBlockBytes / 4), kBlockBytes);
+      }
+      bulk_commit();
+      bulk_wait<0>();
+    } else if constexpr (kDqAdds) {
       bulk_reduce_add(dq_accum_block(p, bh, st.m0 / 16, 0, p.accum_width), smem.dq_tile(w), Traits::kDqTileBytes);
       bulk_commit();
       bulk_wait<0>();
@@ -829,6 +911,38 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       }
     }
   };
+  // kDqTransposed: the consumer whose turn it is computes the previous step's dQ^T (prev_st: that
+  // step's query head and tile) from the dS^T ring, once every consumer with keys has written its
+  // part there, and adds it; the turns go round the consumers with keys.
+  [[maybe_unused]] const int dq_consumers = consumers_with_keys<Traits>(p, tile);
+  [[maybe_unused]] int dq_turn = 0;  // whose turn the previous step's dQ^T is
+  [[maybe_unused]] BackwardStep prev_st{};
+  auto issue_transposed_dq = [&](float (&dq)[Traits::kDqTiles][4], int s_done) {
+    if constexpr (Traits::kDqTransposed) {
+      const int b = s_done % Traits::kDsBuffers;
+      mbarrier_wait(smem.ds_full(b), static_cast<std::uint32_t>(s_done / Traits::kDsBuffers) & 1u);
+      if (dq_consumers == 3) {
+        issue_transposed_query_gradient<Traits, 192>(dq, smem.ds(b, 0), smem.k());
+      } else if (dq_consumers == 2) {
+        issue_transposed_query_gradient<Traits, 128>(dq, smem.ds(b, 0), smem.k());
+      } else {
+        issue_transposed_query_gradient<Traits, 64>(dq, smem.ds(b, 0), smem.k());
+      }
+    }
+  };
+  // (s_done: the step whose dQ^T it is; the deterministic mode hands it to the writers.)
+  auto add_transposed_dq = [&](const float (&dq)[Traits::kDqTiles][4], const BackwardStep& done, int s_done) {
+    if constexpr (Traits::kDqTransposed && Traits::kDqWriter) {
+      (void)done;
+      stage_dq_t_for_writer<Traits>(smem, dq, warp, lane, s_done);
+    } else if constexpr (Traits::kDqTransposed && kDqAdds) {
+      (void)s_done;
+      float* stage = smem.dq_stage(consumer, warp, 0);
+      stage_warp_dq<1>(dq, stage, lane);
+      send_warp_dq<Traits::kDqTiles>(
+          [&] { return dq_accum_t_block(p, tile.b * p.q_heads + done.h, warp, done.m0 / 8); }, stage, lane);
+    }
+  };
   StepWalk<Traits> walk(p, tile);
   for (int step = 0; step < tile.steps; ++step, walk.advance()) {
     const int s = step % Traits::kStages;
@@ -944,8 +1058,15 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       ptx::wgmma_commit();
     }
 
-    // dS^T (16-bit) into this consumer's 128-byte-swizzled buffer for the dQ product.
-    const int ds_buffer = Traits::kDsBuffers > 1 ? step & 1 : 0;
+    // dS^T (16-bit) into this consumer's 128-byte-swizzled buffer for the dQ product (with
+    // kDqTransposed once the product of three steps ago has read the buffer).
+    const int ds_buffer =
+        Traits::kDqTransposed ? step % Traits::kDsBuffers : (Traits::kDsBuffers > 1 ? step & 1 : 0);
+    if constexpr (Traits::kDqTransposed) {
+      if (step >= Traits::kDsBuffers) {
+        mbarrier_wait(smem.ds_empty(ds_buffer), static_cast<std::uint32_t>(step / Traits::kDsBuffers - 1) & 1u);
+      }
+    }
     unsigned char* ds_buf = smem.ds(ds_buffer, consumer);
 #pragma unroll
     for (int nt = 0; nt < Traits::kQTiles; ++nt)
@@ -958,7 +1079,14 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     ptx::fence_shared_to_async();
     // With the block's dQ, the other consumer reads this buffer too; it is written again two
     // steps later, after the next step's barrier, which both pass only once done with this one.
-    ptx::named_barrier_sync(ds_barrier, ds_threads);
+    // kDqTransposed: the consumer whose turn it is reads it in the next step (ds_full).
+    if constexpr (Traits::kDqTransposed) {
+      (void)ds_barrier, (void)ds_threads;
+      ptx::mbarrier_arrive(smem.ds_full(ds_buffer));
+    } else {
+      ptx::named_barrier_sync(ds_barrier, ds_threads);
+    }
+    [[maybe_unused]] const bool dq_mine = Traits::kDqTransposed && step > 0 && dq_turn == consumer;
 
     // accumulate_dq's product (with accumulate_dv and accumulate_dk where neither the overlap
     // nor kEarlyKeyGradients issued them earlier).
@@ -971,6 +1099,8 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     if constexpr (Traits::kBlockDq) {
       issue_query_gradient<Traits, Traits::kBlockN>(dq, smem.ds(ds_buffer, 0), smem.k(),
                                                     consumer * Traits::kDqColumns);
+    } else if constexpr (Traits::kDqTransposed) {
+      // (the previous step's dQ^T after this step's products have landed, below)
     } else {
       issue_query_gradient<Traits, 64>(dq, ds_buf, k_rows, 0);
     }
@@ -990,7 +1120,7 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     }
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(dv));
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(dk));
-    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kDqColumns / 2]>(dq));
+    ptx::fence_registers(reinterpret_cast<float(&)[Traits::kDqTiles * 4]>(dq));
     release_step(smem.step_empty(s), lane, release_barrier);
 
     // accumulate_dq: dQ += into the fragment-ordered float32 accumulator (common/dq_accum.cuh,
@@ -998,7 +1128,26 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     const std::int64_t bh = tile.b * p.q_heads + st.h;
     const std::int64_t row_block = (st.m0 + warp * 16) / 16;
     const int dt0 = Traits::kBlockDq ? consumer * Traits::kDqTiles : 0;
-    if constexpr (!kDqAdds) {
+    if constexpr (Traits::kDqTransposed) {
+      (void)row_block;
+      (void)dt0;
+      (void)bh;
+      (void)dq;
+      if (dq_mine) {
+        // A product of its own, issued and waited for here (inside the branch, so that ptxas
+        // does not keep its accumulator beside the step's fragments).
+        float dq_t[Traits::kDqTiles][4];
+        ptx::wgmma_fence();
+        issue_transposed_dq(dq_t, step - 1);
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+        ptx::fence_registers(reinterpret_cast<float(&)[Traits::kDqTiles * 4]>(dq_t));
+        ptx::mbarrier_arrive(smem.ds_empty((step - 1) % Traits::kDsBuffers));
+        add_transposed_dq(dq_t, prev_st, step - 1);
+      }
+      if (step > 0) dq_turn = dq_turn + 1 == dq_consumers ? 0 : dq_turn + 1;
+      prev_st = st;
+    } else if constexpr (!kDqAdds) {
       (void)row_block;
       (void)dt0;
     } else if constexpr (Traits::kDqDefer) {
@@ -1021,6 +1170,17 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
   // serialise the products.
   if constexpr (kPipeline) ptx::wgmma_wait<0>();
   send_pending_dq(tile.steps, BackwardStep{});  // the last step's dQ (kDqDefer)
+  if constexpr (Traits::kDqTransposed) {  // the last step's dQ^T, by the consumer whose turn it is
+    if (tile.steps > 0 && dq_turn == consumer) {
+      float dq[Traits::kDqTiles][4];
+      ptx::wgmma_fence();
+      issue_transposed_dq(dq, tile.steps - 1);
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_registers(reinterpret_cast<float(&)[Traits::kDqTiles * 4]>(dq));
+      add_transposed_dq(dq, prev_st, tile.steps - 1);
+    }
+  }
   // The last reduce-adds complete before the block ends (their source is this block's memory).
   if constexpr (Traits::kDqBulk) {
     if (lane == 0) bulk_wait<0>();
@@ -1049,9 +1209,16 @@ __device__ __forceinline__ void backward_block(const Sm90BackwardParams& params,
       ptx::mbarrier_init(smem.step_full(s), 1);
       ptx::mbarrier_init(smem.step_empty(s), kStepReleases * Traits::kConsumers);
     }
+    if constexpr (Traits::kDqTransposed) {
+      const int writers = consumers_with_keys<Traits>(params.args, tile);
+      for (int b = 0; b < Traits::kDsBuffers; ++b) {
+        ptx::mbarrier_init(smem.ds_full(b), 128 * writers);
+        ptx::mbarrier_init(smem.ds_empty(b), 128);
+      }
+    }
     if constexpr (Traits::kDqWriter) {
       for (int b = 0; b < 2; ++b) {
-        ptx::mbarrier_init(smem.dq_full(b), Traits::kBlockDq ? 128 * Traits::kConsumers : 128);
+        ptx::mbarrier_init(smem.dq_full(b), Traits::kBlockDq ? 128 * Traits::kConsumers : 128);  // (dQ^T: one consumer)
         ptx::mbarrier_init(smem.dq_empty(b), 1);
         if constexpr (!Traits::kBlockDq) {
           for (int c = 0; c + 1 < Traits::kConsumers; ++c) ptx::mbarrier_init(smem.dq_part(b, c), 128);

@@ -127,8 +127,9 @@ struct TraitsTag {
 };
 
 template <typename Element, int kHeadDim>
-void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& args,
+void run_backward_for(const BackwardParams& params_in, const detail::BackwardArgs& args,
                       cudaStream_t stream) {
+  const BackwardParams& params = params_in;
   if (params.accum_width != kHeadDim) {
     throw Error(ErrorCode::internal, "sm90 backward: dQ accumulator width differs from the head dim");
   }
@@ -140,6 +141,10 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
   // The main kernel's variant; its tensor maps follow its tiles.
   auto run = [&](auto traits) {
     using Traits = typename decltype(traits)::type;
+    // The accumulator's order is the main kernel's (dQ or dQ^T fragments); the postprocess reads it.
+    BackwardParams params_t = params_in;
+    params_t.dq_accum_transposed = Traits::kDqTransposed;
+    const BackwardParams& params = params_t;
     // Host work first (tensor maps), then the launches back to back, so the GPU does not wait
     // between them on a small problem.
     Sm90BackwardParams p{};

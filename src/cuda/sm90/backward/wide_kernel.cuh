@@ -51,6 +51,7 @@ struct Sm90WideBackwardTraits {
   static constexpr bool kDqWriter = false;  // kernel.cuh's deterministic writers
   static constexpr bool kDropout = kDropout_;
   static constexpr bool kWide = true;
+  static constexpr bool kDqTransposed = false;  // kernel.cuh's dQ^T at D=64
   static constexpr int kPaddedHeadDim = kHeadDim;
   static constexpr int kPanels = kHeadDim / 64;
   static constexpr int kConsumers = 2;
