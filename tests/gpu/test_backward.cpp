@@ -460,6 +460,37 @@ TEST(CudaBackward, UnmaskedKeyTileCountsOddAndEven) {
   }
 }
 
+// Paired key tiles (the sm90 backward at D=128, clusters of two blocks adding their dQ^T together),
+// forced on for every call (by default only long calls without a mask take them): odd and even
+// key-tile counts (an odd one gives the last pair a pad block past Nk), a pair whose upper tile
+// only some steps see (causal, both alignments, a window), keys no query sees, GQA, Nq != Nk.
+TEST(CudaBackward, PairedKeyTilesEveryMask) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  gpu_test::ScopedEnv pairs("FLASHPP_SM90_BWD_PAIRS", "1");
+  struct P {
+    AttentionShape shape;
+    bool causal;
+    Alignment align;
+    std::int64_t left, right;
+  };
+  const P cases[] = {{{2, 300, 333, 4, 2, 128}, false, Alignment::top_left, -1, -1},
+                     {{1, 200, 512, 2, 1, 128}, true, Alignment::bottom_right, -1, -1},
+                     {{1, 512, 200, 2, 2, 120}, true, Alignment::top_left, -1, -1},
+                     {{2, 700, 900, 4, 1, 128}, false, Alignment::bottom_right, 150, 20},
+                     {{1, 1000, 1000, 2, 2, 128}, true, Alignment::top_left, -1, -1},
+                     {{1, 64, 1000, 2, 2, 128}, true, Alignment::top_left, -1, -1}};
+  std::uint64_t seed = 820;
+  for (const P& p : cases) {
+    AttentionCase c = make_case(p.shape, seed % 2 ? DType::f16 : DType::bf16, seed % 2 ? Layout::bnhd : Layout::bhnd, ++seed);
+    c.options.causal = p.causal;
+    c.options.alignment = p.align;
+    c.options.window_left = p.left;
+    c.options.window_right = p.right;
+    check_case(c);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 TEST(CudaBackward, StridedLse) {
   FLASHPP_SKIP_WITHOUT_GPU();
   check_case(make_case({2, 100, 100, 2, 1, 64}, DType::f16, Layout::bnhd, 800), Layout::padded);

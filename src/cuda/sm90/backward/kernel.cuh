@@ -55,6 +55,7 @@
 #include "../../common/score_gradient.cuh"
 #include "../../common/math.cuh"
 #include "../../common/swizzle.cuh"
+#include "../../ptx/cluster.cuh"
 #include "../../ptx/tma.cuh"
 #include "../../ptx/mbarrier.cuh"
 #include "../../ptx/turnstile.cuh"
@@ -185,12 +186,17 @@ struct Sm90BackwardParams {
     if (consumer == 0 && threadIdx.x % 128 == 0) FLASHPP_BWD_STAMP(event, value);                \
   } while (0)
 
-template <typename Element_, int kHeadDim_, bool kDeterministic_ = false, bool kDropout_ = false>
+template <typename Element_, int kHeadDim_, bool kDeterministic_ = false, bool kDropout_ = false,
+          bool kPaired_ = false>
 struct Sm90BackwardTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kDeterministic = kDeterministic_;
   static constexpr bool kDropout = kDropout_;
+  // Blocks in clusters of two on neighbouring key tiles (D=128, launch.cuh): each adds the pair's
+  // dQ^T of one 64-column panel over both tiles' 256 keys (paired_dq below), half the L2
+  // reduction traffic of a block's own dQ.
+  static constexpr bool kPaired = kPaired_;
   static constexpr bool kWide = false;  // wide_kernel.cuh's traits: true
   static constexpr int kPaddedHeadDim = (kHeadDim + 63) / 64 * 64;
   static constexpr int kPanels = kPaddedHeadDim / 64;
@@ -220,8 +226,10 @@ struct Sm90BackwardTraits {
                                         kHeadDim == 64 && !kBlockDq &&
                                         (FLASHPP_SM90_BWD_DQ_BULK != 0 || kDeterministic);
   static constexpr int kDqColumns = kBlockDq ? kHeadDim / kConsumers : kHeadDim;
-  // A consumer's dQ accumulator: 8-column tiles of dQ, or with kDqTransposed 8-query tiles of dQ^T.
-  static constexpr int kDqTiles = kDqTransposed ? kBlockM / 8 : kDqColumns / 8;
+  // The accumulator holds dQ^T fragments (dq_accum_t_block; the postprocess reads it so).
+  static constexpr bool kDqAccumTransposed = kDqTransposed || kPaired;
+  // A consumer's dQ accumulator: 8-column tiles of dQ, or of dQ^T 8-query tiles.
+  static constexpr int kDqTiles = kDqAccumTransposed ? kBlockM / 8 : kDqColumns / 8;
   // dS^T buffers: the other consumer reads ours (block dQ): 2 deep; kDqTransposed: a ring of 3.
   static constexpr int kDsBuffers = kDqTransposed ? 3 : (kBlockDq ? 2 : 1);
   // A step's bulk dQ leaves in the next step (FLASHPP_SM90_BWD_DQ_DEFER; -1: below D=128 without
@@ -259,8 +267,11 @@ struct Sm90BackwardTraits {
   static_assert(!kDqWriter || !kBlockDq || kDqColumns % 64 == 0 || 64 % kDqColumns == 0,
                 "the deterministic mode's dQ halves inside panels");
   // kDqTransposed: per dS^T buffer full (every consumer with keys wrote) and empty (read).
+  // kPaired: per dS^T buffer empty (this block's dQ^T product has read it; full: both consumers wrote it), the
+  // partner's dS^T copy landed here (xds_full), the partner has done with this block's copy
+  // there (xds_empty).
   static constexpr int kBarrierCount = 1 + 2 * kStages + (kDqWriter ? 2 * kDqBufferBarriers : 0) +
-                                       (kDqTransposed ? 2 * kDsBuffers : 0);
+                                       (kDqTransposed ? 2 * kDsBuffers : 0) + (kPaired ? 4 * kDsBuffers : 0);
   static constexpr int kDqStage = kDs + kDsBuffers * kDsBufferBytes;
   // Staging areas per warp, used by steps in turn (FLASHPP_SM90_BWD_DQ_STAGES) where two fit
   // beside lse, delta and the barriers (D 64 and 128; one at 96).
@@ -271,8 +282,14 @@ struct Sm90BackwardTraits {
               kDqStage + 2 * kDqStageSetBytes + 2 * kLseBytes + 8 * kBarrierCount <= 227 * 1024
           ? 2
           : 1;
+  // kPaired: no staging areas (a step's dQ^T is staged in the partner's dS^T copy it was computed
+  // from); the partner's dS^T copies (one per dS^T buffer) and the 64-column panel of the
+  // partner's K this block's dQ^T covers.
+  static constexpr int kPeerDs = kDqStage;
+  static constexpr int kPeerK = kPeerDs + kDsBuffers * kDsBufferBytes;
   static constexpr int kLse =
-      kDqStage + (kDqBulk ? kDqStageBuffers * kDqStageSetBytes : (kDqWriter ? 2 * kDqTileBytes : 0));
+      kPaired ? kPeerK + kKPanelBytes
+              : kDqStage + (kDqBulk ? kDqStageBuffers * kDqStageSetBytes : (kDqWriter ? 2 * kDqTileBytes : 0));
   static constexpr int kDelta = kLse + kLseBytes;
   static constexpr int kBarriers = kDelta + kLseBytes;
   static constexpr int kSmemBytes = kBarriers + 8 * kBarrierCount;
@@ -283,6 +300,9 @@ struct Sm90BackwardTraits {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one Hopper block");
   static_assert(kConsumers == 2 || (kConsumers == 3 && !kBlockDq),
                 "2 consumers, or 3 with their own dQ");
+  static_assert(!kPaired || (kHeadDim == 128 && kBlockDq && kDqBulk && kPipeline && !kDropout &&
+                             kDqStageWarpBytes * 4 == kDsBufferBytes),
+                "pairs: D=128, the block's dQ, bulk adds, the pipeline; a dQ^T tile fits a dS^T copy");
 };
 
 template <typename Traits>
@@ -324,6 +344,11 @@ struct BackwardShared {
     return barriers() + 1 + 2 * Traits::kStages + (Traits::kDqWriter ? 2 * Traits::kDqBufferBarriers : 0) + b;
   }
   __device__ std::uint64_t* ds_empty(int b) const { return ds_full(b) + Traits::kDsBuffers; }
+  __device__ std::uint64_t* xds_full(int b) const { return ds_full(b) + 2 * Traits::kDsBuffers; }
+  __device__ std::uint64_t* xds_empty(int b) const { return ds_full(b) + 3 * Traits::kDsBuffers; }
+  // kPaired: the partner's dS^T tile of buffer b (all its keys), and its K panel.
+  __device__ unsigned char* peer_ds(int b) const { return at(Traits::kPeerDs + b * Traits::kDsBufferBytes); }
+  __device__ unsigned char* peer_k() const { return at(Traits::kPeerK); }
 };
 
 // The work of one block: its key tile, its kv head's query heads, and the query tiles that see
@@ -331,13 +356,16 @@ struct BackwardShared {
 struct BackwardTile {
   std::int64_t b, h_kv, n0, m_begin, m_end;  // query tiles [m_begin, m_end)
   int steps;                                  // query heads x query tiles
+  int pair_rank = 0;                          // kPaired: 0 the lower key tile of the pair, 1 the upper
 };
 
 template <typename Traits>
 __device__ __forceinline__ BackwardTile backward_tile(const BackwardParams& p) {
-  const std::int64_t n_blocks = gridDim.x;
+  // kPaired: the launch's items are pairs of key tiles, a cluster each (blockIdx.x / 2).
+  const std::int64_t n_blocks = Traits::kPaired ? gridDim.x / 2 : gridDim.x;
+  const std::int64_t x = Traits::kPaired ? blockIdx.x / 2 : blockIdx.x;
   // The first key tiles are seen by the most queries under a causal mask: they start first.
-  const BlockItem item = block_item(static_cast<std::int64_t>(blockIdx.y) * n_blocks + blockIdx.x,
+  const BlockItem item = block_item(static_cast<std::int64_t>(blockIdx.y) * n_blocks + x,
                                     n_blocks, gridDim.y, p.heads_per_group);
   BackwardTile t;
   const std::int64_t bh_kv = item.head;
@@ -347,10 +375,21 @@ __device__ __forceinline__ BackwardTile backward_tile(const BackwardParams& p) {
   // of it tipped ptxas into serialising the D=192 products, C7511, -24%).
   std::int64_t first_tile = 0;
   if constexpr (!Traits::kWide) first_tile = p.key_tile_offset;
-  t.n0 = (item.rank + first_tile) * Traits::kBlockN;
-  // Rows i that see a key j in [n0, last]: -left <= j - (i + shift) <= right.
-  const std::int64_t last_key = (t.n0 + Traits::kBlockN < p.k_len ? t.n0 + Traits::kBlockN : p.k_len) - 1;
-  std::int64_t first_row = t.n0 - p.mask.shift - p.mask.right;
+  // Keys [span0, span0 + span_keys) decide the query tiles: the block's, or the pair's (both
+  // blocks of a pair walk the same steps; a step that sees none of a block's keys adds zeros).
+  std::int64_t span0, span_keys = Traits::kBlockN;
+  if constexpr (Traits::kPaired) {
+    t.pair_rank = static_cast<int>(ptx::cluster_rank());
+    span0 = (2 * item.rank + first_tile) * Traits::kBlockN;
+    span_keys = 2 * Traits::kBlockN;
+    t.n0 = span0 + t.pair_rank * Traits::kBlockN;
+  } else {
+    t.n0 = (item.rank + first_tile) * Traits::kBlockN;
+    span0 = t.n0;
+  }
+  // Rows i that see a key j in [span0, last]: -left <= j - (i + shift) <= right.
+  const std::int64_t last_key = (span0 + span_keys < p.k_len ? span0 + span_keys : p.k_len) - 1;
+  std::int64_t first_row = span0 - p.mask.shift - p.mask.right;
   std::int64_t last_row = last_key - p.mask.shift + p.mask.left;
   first_row = first_row < 0 ? 0 : first_row;
   last_row = last_row > p.q_len - 1 ? p.q_len - 1 : last_row;
@@ -445,13 +484,18 @@ __device__ __forceinline__ void load_backward_tiles(const Sm90BackwardParams& pa
   const BackwardParams& p = params.args;
   const int b = static_cast<int>(tile.b), h_kv = static_cast<int>(tile.h_kv);
   FLASHPP_BWD_STAMP(producer_start, clock64());
-  mbarrier_expect_bytes(smem.kv_full(), 2 * Traits::KTile::kBytes);
+  mbarrier_expect_bytes(smem.kv_full(), 2 * Traits::KTile::kBytes + (Traits::kPaired ? Traits::kKPanelBytes : 0));
 #pragma unroll
   for (int panel = 0; panel < Traits::kPanels; ++panel) {
     tma_load_4d(smem.k() + panel * Traits::kKPanelBytes, &params.k_map, panel * 64,
                 static_cast<int>(tile.n0), h_kv, b, smem.kv_full());
     tma_load_4d(smem.v() + panel * Traits::kKPanelBytes, &params.v_map, panel * 64,
                 static_cast<int>(tile.n0), h_kv, b, smem.kv_full());
+  }
+  if constexpr (Traits::kPaired) {  // the partner's keys, this block's panel of dQ's columns
+    const std::int64_t peer_n0 = tile.n0 + (tile.pair_rank == 0 ? Traits::kBlockN : -Traits::kBlockN);
+    tma_load_4d(smem.peer_k(), &params.k_map, tile.pair_rank * 64, static_cast<int>(peer_n0), h_kv, b,
+                smem.kv_full());
   }
   FLASHPP_BWD_STAMP(kv_issued, clock64());
   for (int step = 0; step < tile.steps; ++step) {
@@ -535,11 +579,14 @@ __device__ __forceinline__ void issue_query_gradient(float (&acc)[kColumns / 8][
 // transposed (columns of K as rows, MN-major), B = the consumers' dS^T tiles of one buffer (keys
 // as rows, queries contiguous: MN-major), one m64n64 product whose accumulator holds dQ^T
 // (rows = columns of dQ, 16 a warp; columns = the step's queries).
-template <typename Traits, int kKeys>
+// `k`: a 64-column panel of K (kPaired: one of this block's or the partner's). kAccumulate: add to
+// acc (the pair's second tile) instead of starting from zero.
+template <typename Traits, int kKeys, bool kAccumulate = false>
 __device__ __forceinline__ void issue_transposed_query_gradient(float (&acc)[Traits::kDqTiles][4],
                                                                 const unsigned char* ds,
                                                                 const unsigned char* k) {
-  static_assert(Traits::kHeadDim == 64 && Traits::kDqTiles * 8 == Traits::kBlockM, "m64 = the head dim");
+  static_assert(Traits::kDqAccumTransposed && Traits::kDqTiles * 8 == Traits::kBlockM,
+                "m64 = a panel of dQ's columns, n = the step's queries");
   using Mma = ptx::WgmmaShape<Traits::kBlockM, typename Traits::Element>;
   const std::uint64_t a_desc = ptx::smem_descriptor<ptx::Major::mn>(k, Traits::kKPanelBytes);
   const std::uint64_t b_desc = ptx::smem_descriptor<ptx::Major::mn>(ds, Traits::kDsBytes);
@@ -547,7 +594,7 @@ __device__ __forceinline__ void issue_transposed_query_gradient(float (&acc)[Tra
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) {
     Mma::template ss<1, 1>(d, ptx::advance_descriptor(a_desc, kk * 2048),
-                           ptx::advance_descriptor(b_desc, kk * 2048), kk > 0 ? 1 : 0);
+                           ptx::advance_descriptor(b_desc, kk * 2048), kAccumulate || kk > 0 ? 1 : 0);
   }
 }
 
@@ -843,6 +890,21 @@ __device__ __forceinline__ void store_key_gradients(const float (&dk)[Traits::kD
   }
 }
 
+// kPaired, one thread of the producer warpgroup: each step's dS^T of the block (both consumers'),
+// once written, into the partner's copy of buffer step % 2 by one bulk copy that completes on the
+// partner's xds_full. (The consumers waited, before writing the buffer, until the partner had
+// done with the buffer's previous copy.)
+template <typename Traits>
+__device__ __forceinline__ void copy_ds_to_partner(const BackwardShared<Traits>& smem, const BackwardTile& tile) {
+  const unsigned partner = static_cast<unsigned>(tile.pair_rank ^ 1);
+  for (int step = 0; step < tile.steps; ++step) {
+    const int b = step % Traits::kDsBuffers;
+    mbarrier_wait(smem.ds_full(b), static_cast<std::uint32_t>(step / Traits::kDsBuffers) & 1u);
+    ptx::bulk_copy_to_cluster(ptx::cluster_address(smem.peer_ds(b), partner), smem.ds(b, 0), Traits::kDsBufferBytes,
+                              ptx::cluster_address(smem.xds_full(b), partner));
+  }
+}
+
 template <typename Traits>
 __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& params,
                                                   const BackwardShared<Traits>& smem,
@@ -943,10 +1005,46 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
           [&] { return dq_accum_t_block(p, tile.b * p.q_heads + done.h, warp, done.m0 / 8); }, stage, lane);
     }
   };
+  // kPaired (paired_dq): step s's dQ^T of this block's panel of columns is computed by consumer
+  // s % 2 in step s + 1 from both blocks' dS^T of step s (this block's buffer s % 2 and the
+  // partner's copy of its own), staged in place of that copy and added; at the top of step s + 2
+  // that consumer tells the partner that the copy's area may be written again (xds_empty).
+  [[maybe_unused]] const unsigned partner = Traits::kPaired ? static_cast<unsigned>(tile.pair_rank ^ 1) : 0u;
+  auto issue_paired_dq = [&](float (&dq)[Traits::kDqTiles][4], int s_done) {
+    if constexpr (Traits::kPaired) {
+      const int b = s_done % Traits::kDsBuffers;
+      const auto phase = static_cast<std::uint32_t>(s_done / Traits::kDsBuffers) & 1u;
+      if (threadIdx.x % 128 == 0) ptx::arrive_expect_bytes(smem.xds_full(b), Traits::kDsBufferBytes);
+      mbarrier_wait(smem.ds_full(b), phase);   // both consumers' dS^T of the step
+      mbarrier_wait(smem.xds_full(b), phase);  // and the partner's
+      issue_transposed_query_gradient<Traits, Traits::kBlockN>(
+          dq, smem.ds(b, 0), smem.k() + tile.pair_rank * Traits::kKPanelBytes);
+      issue_transposed_query_gradient<Traits, Traits::kBlockN, true>(dq, smem.peer_ds(b), smem.peer_k());
+    }
+  };
+  auto add_paired_dq = [&](const float (&dq)[Traits::kDqTiles][4], const BackwardStep& done, int s_done) {
+    if constexpr (Traits::kPaired && kDqAdds) {
+      float* stage = reinterpret_cast<float*>(smem.peer_ds(s_done % Traits::kDsBuffers)) +
+                     warp * Traits::kDqTiles * kDqAccumBlockFloats;
+      stage_warp_dq<1>(dq, stage, lane);
+      send_warp_dq<Traits::kDqTiles>(
+          [&] {
+            return dq_accum_t_block(p, tile.b * p.q_heads + done.h, 4 * tile.pair_rank + warp, done.m0 / 8);
+          },
+          stage, lane);
+    }
+  };
   StepWalk<Traits> walk(p, tile);
   for (int step = 0; step < tile.steps; ++step, walk.advance()) {
     const int s = step % Traits::kStages;
     const BackwardStep st = walk.current();
+    if constexpr (Traits::kPaired) {
+      // The area of step - 2's dQ^T (the partner's copy) has been read by its reduce-add.
+      if (step >= 2 && (step & 1) == consumer && lane == 0) {
+        bulk_wait_read<0>();
+        ptx::remote_arrive(ptx::cluster_address(smem.xds_empty(step % Traits::kDsBuffers), partner));
+      }
+    }
     if constexpr (kPipeline) {
       ptx::wgmma_wait<0>();  // S^T, issued at the end of the previous step
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockM / 2]>(s_t));
@@ -1062,9 +1160,12 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     // kDqTransposed once the product of three steps ago has read the buffer).
     const int ds_buffer =
         Traits::kDqTransposed ? step % Traits::kDsBuffers : (Traits::kDsBuffers > 1 ? step & 1 : 0);
-    if constexpr (Traits::kDqTransposed) {
+    if constexpr (Traits::kDqTransposed || Traits::kPaired) {
       if (step >= Traits::kDsBuffers) {
-        mbarrier_wait(smem.ds_empty(ds_buffer), static_cast<std::uint32_t>(step / Traits::kDsBuffers - 1) & 1u);
+        const auto phase = static_cast<std::uint32_t>(step / Traits::kDsBuffers - 1) & 1u;
+        mbarrier_wait(smem.ds_empty(ds_buffer), phase);
+        // kPaired: and the partner has done with this buffer's last copy (so it has been read).
+        if constexpr (Traits::kPaired) mbarrier_wait(smem.xds_empty(ds_buffer), phase);
       }
     }
     unsigned char* ds_buf = smem.ds(ds_buffer, consumer);
@@ -1080,13 +1181,16 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     // With the block's dQ, the other consumer reads this buffer too; it is written again two
     // steps later, after the next step's barrier, which both pass only once done with this one.
     // kDqTransposed: the consumer whose turn it is reads it in the next step (ds_full).
-    if constexpr (Traits::kDqTransposed) {
+    // kPaired: the producer warpgroup's copier (copy_ds_to_partner) and the turn's consumer wait.
+    if constexpr (Traits::kDqTransposed || Traits::kPaired) {
       (void)ds_barrier, (void)ds_threads;
       ptx::mbarrier_arrive(smem.ds_full(ds_buffer));
     } else {
       ptx::named_barrier_sync(ds_barrier, ds_threads);
     }
-    [[maybe_unused]] const bool dq_mine = Traits::kDqTransposed && step > 0 && dq_turn == consumer;
+    [[maybe_unused]] const bool dq_mine =
+        (Traits::kDqTransposed && step > 0 && dq_turn == consumer) ||
+        (Traits::kPaired && step > 0 && ((step - 1) & 1) == consumer);
 
     // accumulate_dq's product (with accumulate_dv and accumulate_dk where neither the overlap
     // nor kEarlyKeyGradients issued them earlier).
@@ -1096,7 +1200,9 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       issue_key_gradient<Traits>(dv, p_a, smem.dout(s));
       issue_key_gradient<Traits>(dk, ds_a, smem.q(s));
     }
-    if constexpr (Traits::kBlockDq) {
+    if constexpr (Traits::kPaired) {
+      // (the previous step's dQ^T once this step's products are issued, below)
+    } else if constexpr (Traits::kBlockDq) {
       issue_query_gradient<Traits, Traits::kBlockN>(dq, smem.ds(ds_buffer, 0), smem.k(),
                                                     consumer * Traits::kDqColumns);
     } else if constexpr (Traits::kDqTransposed) {
@@ -1128,7 +1234,24 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     const std::int64_t bh = tile.b * p.q_heads + st.h;
     const std::int64_t row_block = (st.m0 + warp * 16) / 16;
     const int dt0 = Traits::kBlockDq ? consumer * Traits::kDqTiles : 0;
-    if constexpr (Traits::kDqTransposed) {
+    if constexpr (Traits::kPaired) {
+      (void)row_block;
+      (void)dt0;
+      (void)bh;
+      (void)dq;
+      if (dq_mine) {
+        // A product of its own inside the branch (as kDqTransposed's), behind the next S^T.
+        float dq_t[Traits::kDqTiles][4];
+        ptx::wgmma_fence();
+        issue_paired_dq(dq_t, step - 1);
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+        ptx::fence_registers(reinterpret_cast<float(&)[Traits::kDqTiles * 4]>(dq_t));
+        ptx::mbarrier_arrive(smem.ds_empty((step - 1) % Traits::kDsBuffers));
+        add_paired_dq(dq_t, prev_st, step - 1);
+      }
+      prev_st = st;
+    } else if constexpr (Traits::kDqTransposed) {
       (void)row_block;
       (void)dt0;
       (void)bh;
@@ -1170,6 +1293,17 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
   // serialise the products.
   if constexpr (kPipeline) ptx::wgmma_wait<0>();
   send_pending_dq(tile.steps, BackwardStep{});  // the last step's dQ (kDqDefer)
+  if constexpr (Traits::kPaired) {  // the last step's dQ^T, by the consumer whose turn it is
+    if (tile.steps > 0 && ((tile.steps - 1) & 1) == consumer) {
+      float dq[Traits::kDqTiles][4];
+      ptx::wgmma_fence();
+      issue_paired_dq(dq, tile.steps - 1);
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_registers(reinterpret_cast<float(&)[Traits::kDqTiles * 4]>(dq));
+      add_paired_dq(dq, prev_st, tile.steps - 1);
+    }
+  }
   if constexpr (Traits::kDqTransposed) {  // the last step's dQ^T, by the consumer whose turn it is
     if (tile.steps > 0 && dq_turn == consumer) {
       float dq[Traits::kDqTiles][4];
@@ -1209,6 +1343,14 @@ __device__ __forceinline__ void backward_block(const Sm90BackwardParams& params,
       ptx::mbarrier_init(smem.step_full(s), 1);
       ptx::mbarrier_init(smem.step_empty(s), kStepReleases * Traits::kConsumers);
     }
+    if constexpr (Traits::kPaired) {
+      for (int b = 0; b < Traits::kDsBuffers; ++b) {
+        ptx::mbarrier_init(smem.ds_full(b), 128 * Traits::kConsumers);  // every consumer wrote
+        ptx::mbarrier_init(smem.ds_empty(b), 128);  // the consumer whose dQ^T turn it was
+        ptx::mbarrier_init(smem.xds_full(b), 1);    // its expect, and the partner's bytes
+        ptx::mbarrier_init(smem.xds_empty(b), 4);   // the partner's consumer, lane 0 of each warp
+      }
+    }
     if constexpr (Traits::kDqTransposed) {
       const int writers = consumers_with_keys<Traits>(params.args, tile);
       for (int b = 0; b < Traits::kDsBuffers; ++b) {
@@ -1227,7 +1369,12 @@ __device__ __forceinline__ void backward_block(const Sm90BackwardParams& params,
     }
     ptx::fence_barrier_init();
   }
-  __syncthreads();
+  // kPaired: the partner's barriers are initialised before anything arrives on them.
+  if constexpr (Traits::kPaired) {
+    ptx::cluster_sync();
+  } else {
+    __syncthreads();
+  }
   const int warpgroup = ptx::warpgroup_index();
   if (warpgroup == 0) {
     ptx::release_registers<Traits::kProducerRegisters>();
@@ -1238,10 +1385,16 @@ __device__ __forceinline__ void backward_block(const Sm90BackwardParams& params,
         write_dq_in_turns<Traits>(params.args, smem, tile, threadIdx.x / 32 - 1);
       }
     }
+    if constexpr (Traits::kPaired) {
+      if (threadIdx.x == 32) copy_ds_to_partner<Traits>(smem, tile);
+    }
   } else {
     ptx::claim_registers<Traits::kConsumerRegisters>();
     consume(smem, tile, warpgroup - 1);
   }
+  // kPaired: neither block leaves while the other may still copy into its shared memory or
+  // arrive on its barriers.
+  if constexpr (Traits::kPaired) ptx::cluster_sync();
 }
 
 }  // namespace flashpp::cuda::sm90

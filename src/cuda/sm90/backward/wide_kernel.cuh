@@ -52,6 +52,8 @@ struct Sm90WideBackwardTraits {
   static constexpr bool kDropout = kDropout_;
   static constexpr bool kWide = true;
   static constexpr bool kDqTransposed = false;  // kernel.cuh's dQ^T at D=64
+  static constexpr bool kPaired = false;
+  static constexpr bool kDqAccumTransposed = false;
   static constexpr int kPaddedHeadDim = kHeadDim;
   static constexpr int kPanels = kHeadDim / 64;
   static constexpr int kConsumers = 2;

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "../../../api/problem.hpp"
+#include "../../common/env_switch.hpp"
 #include "../../common/check_cuda.hpp"
 #include "../../common/poison.cuh"
 #include "../../common/tensor_map.hpp"
@@ -73,14 +74,6 @@ inline bool masked_walk(WalkKind* walk) {
 // (a head's K/V at D=128 and 131072 keys is 64 MiB, about the L2). Not measured: the crossover
 // between 65536 and 131072 keys at D=64, and this rule on an H100.
 inline constexpr std::int64_t kLongMaskedKeys = 131072;
-
-// An on/off switch in the environment: 1 / 0 when `name` is set to "1" / "0", else -1 (read at
-// every call).
-inline int env_switch(const char* name) {
-  const char* env = std::getenv(name);
-  const bool set = env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0';
-  return set ? env[0] - '0' : -1;
-}
 
 inline int persistent_forced() { return env_switch("FLASHPP_SM90_FWD_PERSISTENT"); }
 
