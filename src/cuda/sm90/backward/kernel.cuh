@@ -16,7 +16,10 @@
 //     computing half of dQ's columns (half the atomic traffic); at D=64 the block's too, as
 //     dQ^T = K^T dS^T over its 192 keys, one consumer in turn computing the previous step's
 //     (kDqTransposed; FLASHPP_SM90_BWD_DQ_T=0: each consumer's 64-key part of every column); at
-//     D=96 each consumer's part; added into the float32 dQ accumulator (fragment-ordered, shared
+//     D=96 each consumer's part; at D=128 in long unmasked calls (kPaired) the pair's, two blocks
+//     of a cluster on neighbouring key tiles each computing dQ^T of one 64-column panel over both
+//     tiles' keys from its own and the partner's dS^T (copied into it each step; see
+//     copy_ds_to_partner); added into the float32 dQ accumulator (fragment-ordered, shared
 //     with the sm80 family's postprocess; dQ^T's in the transposed order) by one bulk reduce-add
 //     per warp from a staging area in shared memory (16-byte atomics straight from registers with
 //     FLASHPP_SM90_BWD_DQ_BULK=0; the deterministic mode below).

@@ -167,19 +167,21 @@ void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
 
 // Whether a call takes the head dim's tall tile (ForwardTallTileConfig, three consumer
 // warpgroups) where it has one: calls without softcap and dropout (their kernel spills at 160
-// registers), unmasked at any length, masked from kTallMaskedRows query rows. Measured, causal,
+// registers), unmasked at any length, masked above kTwoTileMaskedRows query rows. Measured, causal,
 // against the two-warpgroup tile: session 17 N=16384 +10%, 4096 equal, 1024 -15%; since each
 // warpgroup skips the key tiles its rows do not see and the part-empty tile comes first
-// (session 29 run 3, H200, bf16): 1024 +1.1%, 2048 +10.5%. Shorter masked calls were not
-// measured and keep the two-warpgroup tile. FLASHPP_SM90_FWD_TALL=0 / =1 forces it off / on for
-// every call the tile can take (A/B runs and tests; read at every call).
-inline constexpr std::int64_t kTallMaskedRows = 1024;
+// (session 29 run 3, H200, bf16): 1024 +1.1%, 2048 +10.5%; since the two-warpgroup tile's masked
+// tiles use the mask words (session 32 runs 10-11, H100): 1024 -2.8..-4.1% (bf16, fp16), 1536
+// +12..+13%, 2048 +0.3..+7%. Masked calls up to 1024 rows keep the two-warpgroup tile.
+// FLASHPP_SM90_FWD_TALL=0 / =1 forces it off / on for every call the tile can take (A/B runs and
+// tests; read at every call).
+inline constexpr std::int64_t kTwoTileMaskedRows = 1024;
 
 inline bool use_tall_tile(const ForwardParams& params) {
   if (params.softcap > 0.0f || params.dropout.threshold != 0) return false;
   const int forced = env_switch("FLASHPP_SM90_FWD_TALL");
   if (forced >= 0) return forced == 1;
-  return !params.mask.active() || params.q_len >= kTallMaskedRows;
+  return !params.mask.active() || params.q_len > kTwoTileMaskedRows;
 }
 
 // The most query tiles a head may have for last_tiles_first_item's order. Session 26 run 2 (H100,
