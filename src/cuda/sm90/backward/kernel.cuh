@@ -1243,7 +1243,9 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
       (void)bh;
       (void)dq;
       if (dq_mine) {
-        // A product of its own inside the branch (as kDqTransposed's), behind the next S^T.
+        // A product of its own inside the branch (as kDqTransposed's), behind the next S^T. (The
+        // two branches' bodies as one lambda called here and after the loop changed ptxas's
+        // schedule: it serialised this kernel's products, C7512, and moved the D=64 kernels'.)
         float dq_t[Traits::kDqTiles][4];
         ptx::wgmma_fence();
         issue_paired_dq(dq_t, step - 1);
