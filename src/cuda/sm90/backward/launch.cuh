@@ -162,9 +162,8 @@ struct TraitsTag {
 };
 
 template <typename Element, int kHeadDim>
-void run_backward_for(const BackwardParams& params_in, const detail::BackwardArgs& args,
+void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& args,
                       cudaStream_t stream) {
-  const BackwardParams& params = params_in;
   if (params.accum_width != kHeadDim) {
     throw Error(ErrorCode::internal, "sm90 backward: dQ accumulator width differs from the head dim");
   }
@@ -177,23 +176,22 @@ void run_backward_for(const BackwardParams& params_in, const detail::BackwardArg
   auto run = [&](auto traits) {
     using Traits = typename decltype(traits)::type;
     // The accumulator's order is the main kernel's (dQ or dQ^T fragments); the postprocess reads it.
-    BackwardParams params_t = params_in;
-    params_t.dq_accum_transposed = Traits::kDqAccumTransposed;
-    const BackwardParams& params = params_t;
+    BackwardParams call = params;
+    call.dq_accum_transposed = Traits::kDqAccumTransposed;
     // Host work first (tensor maps), then the launches back to back, so the GPU does not wait
     // between them on a small problem.
     Sm90BackwardParams p{};
-    if (params.k_len > 0) p = with_tensor_maps<Traits>(params, args);
-    launch_preprocess<Element>(params, stream);
+    if (call.k_len > 0) p = with_tensor_maps<Traits>(call, args);
+    launch_preprocess<Element>(call, stream);
     // With keys but no queries launch_main writes dK = dV = 0 without the main kernel.
-    if (params.k_len > 0) {
+    if (call.k_len > 0) {
       if (args.deterministic && turns > 0) {
-        check_cuda(cudaMemsetAsync(params.dq_turns, 0, turns * sizeof(int), stream),
+        check_cuda(cudaMemsetAsync(call.dq_turns, 0, turns * sizeof(int), stream),
                    "cudaMemsetAsync (sm90 backward turn counters)");
       }
       launch_main<Traits>(p, stream);
     }
-    launch_postprocess<Element>(params, stream);
+    launch_postprocess<Element>(call, stream);
   };
   if (args.deterministic) {
     if constexpr (sm90_deterministic_head_dim(kHeadDim)) {
