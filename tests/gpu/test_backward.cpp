@@ -265,6 +265,34 @@ TEST(CudaBackward, SplitLastWave) {
   check_case(make_case({1, 100, 136 * 128 - 5, 2, 1, 64}, DType::f16, Layout::bnhd, 1200));
 }
 
+// The sm90 family's split last wave (kernel.cuh kTailSplit): one wave of whole key tiles and a
+// few more, split into pieces over their steps (query heads x query tiles), each adding its dK, dV
+// into float32 sums that the postprocess writes out. GQA (the pieces cut across query heads),
+// dropout, a head dim below the kernel's (56 -> 64) and Nk cut inside a key tile; the key tiles
+// are 192 keys at D=64 and 128 at 96/128 (sm80: the same shapes split its 128/64-key tiles
+// differently). Small unmasked shapes elsewhere in this file split too (fewer units than half a
+// wave); these add the whole units beside the pieces.
+TEST(CudaBackward, SplitLastWaveSm90) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  std::uint64_t seed = 1300;
+  for (std::int64_t D : {56, 96, 128}) {
+    const std::int64_t key_tile = D <= 64 ? 192 : 128;
+    // One block per SM: sms whole tiles and 3 in a split last wave.
+    const AttentionShape shape{1, 100, key_tile * (sms + 3) - 37, 4, 1, D};
+    for (bool dropout : {false, true}) {
+      AttentionCase c = make_case(shape, dropout ? DType::f16 : DType::bf16, Layout::bnhd, ++seed);
+      if (dropout) {
+        c.options.dropout_p = 0.15f;
+        c.options.seed = 5;
+      }
+      check_case(c);
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
 TEST(CudaBackward, EveryHeadDimBothDtypesBothLayouts) {
   FLASHPP_SKIP_WITHOUT_GPU();
   std::uint64_t seed = 100;

@@ -46,9 +46,15 @@ constexpr std::size_t align_up(std::size_t bytes, std::size_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
 
+// Key rows a split unit's sums have room for: the largest key tile of any family at this width
+// (the sm90 kernel at D=64 has 192-key blocks: three consumers of 64 keys).
+constexpr int split_unit_rows(int accum_width) {
+  return accum_width == 64 ? 192 : main_key_rows(accum_width);
+}
+
 // Floats of one split unit's sums of dV and dK (split_unit.cuh).
 constexpr std::size_t split_unit_floats(int accum_width) {
-  return 2 * static_cast<std::size_t>(main_key_rows(accum_width)) * accum_width;
+  return 2 * static_cast<std::size_t>(split_unit_rows(accum_width)) * accum_width;
 }
 
 // delta and lse_log2 always; dq_accum and the split area only when dQ is accumulated with

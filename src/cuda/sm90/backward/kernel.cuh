@@ -27,6 +27,9 @@
 //   computed while dP^T runs, dV is issued before dS^T is computed, dK before dS^T is staged for
 //   dQ. Three consumers (D=64, 160 registers each) overlap one another's steps instead.
 // At the end dK is scaled and dK, dV are stored; the postprocess turns the dQ accumulator into dq.
+// Unmasked calls whose last wave of blocks is small run it split (common/tail_split.hpp, as the
+// sm80 family): its key tiles' steps cut into pieces, each adding dK, dV into float32 sums that
+// the postprocess writes out (kTailSplit, add_key_gradients_to_sums).
 // Rows past Nq arrive as zeros with lse_log2 = +inf (P = 0); keys past Nk arrive as zeros and are
 // masked. Softcap runs on the sm80 family (dispatch). Dropout (kDropout): P^T and dP^T are
 // multiplied by the factors of the forward's mask, regenerated from Philox (common/philox.hpp:
@@ -66,6 +69,8 @@
 #include "../../ptx/wgmma.cuh"
 #include "../../common/poison.cuh"
 #include "../../common/sector_store.cuh"
+#include "../../common/split_unit.cuh"
+#include "../../common/tail_split.hpp"
 #include "trace.cuh"
 
 namespace flashpp::cuda::sm90 {
@@ -356,20 +361,40 @@ struct BackwardShared {
 
 // The work of one block: its key tile, its kv head's query heads, and the query tiles that see
 // any of its keys (the same for every query head of the group).
+// A piece of a split unit (kTailSplit) walks steps [step0, step0 + steps) of the unit's and adds
+// its dK, dV into the unit's float32 sums (split_piece_index).
 struct BackwardTile {
   std::int64_t b, h_kv, n0, m_begin, m_end;  // query tiles [m_begin, m_end)
-  int steps;                                  // query heads x query tiles
+  int steps;                                  // query heads x query tiles (this piece's)
   int pair_rank = 0;                          // kPaired: 0 the lower key tile of the pair, 1 the upper
+  int step0 = 0;                              // kTailSplit: the piece's first step of the unit
 };
+
+// Whether a kernel of Traits may run a split last wave (common/tail_split.hpp; launch.cuh plans it
+// for unmasked calls): not the pairs (a cluster's blocks walk the same steps), not the
+// deterministic mode (its dK, dV sums would depend on the order of the atomics), and not
+// wide_kernel.cuh's (its own epilogue; not measured there).
+template <typename Traits>
+inline constexpr bool kTailSplit = !Traits::kPaired && !Traits::kDeterministic && !Traits::kWide;
 
 template <typename Traits>
 __device__ __forceinline__ BackwardTile backward_tile(const BackwardParams& p) {
   // kPaired: the launch's items are pairs of key tiles, a cluster each (blockIdx.x / 2).
-  const std::int64_t n_blocks = Traits::kPaired ? gridDim.x / 2 : gridDim.x;
+  std::int64_t n_blocks = Traits::kPaired ? gridDim.x / 2 : gridDim.x;
   const std::int64_t x = Traits::kPaired ? blockIdx.x / 2 : blockIdx.x;
+  std::int64_t linear = static_cast<std::int64_t>(blockIdx.y) * n_blocks + x, heads = gridDim.y;
+  // A split last wave: a one-dimensional launch of p.split's blocks (whole units, then the pieces).
+  UnitPiece piece{0, -1, 0};
+  if constexpr (kTailSplit<Traits>) {
+    if (p.split.split_units > 0) {
+      piece = unit_piece(p.split, blockIdx.x);
+      n_blocks = (p.k_len + Traits::kBlockN - 1) / Traits::kBlockN;
+      heads = p.batch * p.kv_heads;
+      linear = piece.unit;
+    }
+  }
   // The first key tiles are seen by the most queries under a causal mask: they start first.
-  const BlockItem item = block_item(static_cast<std::int64_t>(blockIdx.y) * n_blocks + x,
-                                    n_blocks, gridDim.y, p.heads_per_group);
+  const BlockItem item = block_item(linear, n_blocks, heads, p.heads_per_group);
   BackwardTile t;
   const std::int64_t bh_kv = item.head;
   t.b = bh_kv / p.kv_heads;
@@ -403,6 +428,13 @@ __device__ __forceinline__ BackwardTile backward_tile(const BackwardParams& p) {
     t.m_end = last_row / Traits::kBlockM + 1;
   }
   t.steps = static_cast<int>((t.m_end - t.m_begin) * p.heads_per_kv);
+  if constexpr (kTailSplit<Traits>) {
+    if (piece.split_index >= 0) {
+      const StepRange range = piece_steps(p.split, piece, t.steps);
+      t.step0 = static_cast<int>(range.begin);
+      t.steps = static_cast<int>(range.end - range.begin);
+    }
+  }
   return t;
 }
 
@@ -416,6 +448,7 @@ template <typename Traits>
 __device__ __forceinline__ BackwardStep backward_step(const BackwardParams& p,
                                                       const BackwardTile& t, int step) {
   if constexpr (Traits::kDeterministic) step = t.steps - 1 - step;
+  step += t.step0;
   const std::int64_t tiles = t.m_end - t.m_begin;
   return BackwardStep{t.h_kv * p.heads_per_kv + step / tiles,
                       (t.m_begin + step % tiles) * Traits::kBlockM};
@@ -867,15 +900,66 @@ __device__ __forceinline__ auto& own_or(Own& own, Shared& shared) {
   }
 }
 
+// The split unit whose piece this block is, -1 for a whole unit: worked out again from blockIdx.x
+// at the end rather than kept live over the walk (a register of the consumers' 160 at D=64), in
+// 32 bits (the launch has fewer than 2^31 blocks; a 64-bit division is a call that made ptxas
+// spill around it).
+template <typename Traits>
+__device__ __forceinline__ int split_piece_index(const BackwardParams& p) {
+  if constexpr (kTailSplit<Traits>) {
+    const auto whole = static_cast<unsigned>(p.split.whole_units);
+    if (p.split.split_units > 0 && blockIdx.x >= whole) {
+      return static_cast<int>((blockIdx.x - whole) / static_cast<unsigned>(p.split.pieces));
+    }
+  }
+  return -1;
+}
+
+// A piece of a split unit: this warp's 16 keys of dV and scale * dK added into the unit's float32
+// sums (common/split_unit.cuh, rows from the unit's first key), which the postprocess writes out.
+template <typename Traits>
+__device__ __forceinline__ void add_key_gradients_to_sums(const float (&dk)[Traits::kDTiles][4],
+                                                          const float (&dv)[Traits::kDTiles][4],
+                                                          const BackwardParams& p,
+                                                          const BackwardTile& tile,
+                                                          int split_index, std::int64_t key0,
+                                                          int g, int t) {
+  // (The unit's rows are the kernel's key tile, launch.cuh: p.split.unit_rows == kBlockN.)
+  constexpr int kDkOffset = Traits::kBlockN * Traits::kHeadDim;
+  const int col_tiles = p.head_dim / 8;  // (a multiple of 8)
+  float* sum = split_unit_sums(p, split_index) + static_cast<int>(key0 - tile.n0) * Traits::kHeadDim +
+               g * Traits::kHeadDim + 2 * t;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float* row = sum + 8 * half * Traits::kHeadDim;
+    const bool row_in = key0 + g + 8 * half < p.k_len;
+#pragma unroll
+    for (int n = 0; n < Traits::kDTiles; ++n) {
+      if (row_in && n < col_tiles) {
+        add_pair(row + 8 * n, dv[n][2 * half], dv[n][2 * half + 1]);
+        add_pair(row + kDkOffset + 8 * n, dk[n][2 * half] * p.scale, dk[n][2 * half + 1] * p.scale);
+      }
+    }
+  }
+}
+
 // dK = scale * sum dS^T Q, dV = sum P^T dO: this warp's 16 keys (rows g and g + 8 from key0), every
 // column below head_dim (a multiple of 8: a tile is stored whole or not at all), in whole 32-byte
-// sectors (common/sector_store.cuh; +8% at N=1024 over 4-byte stores, session 22 run 7).
+// sectors (common/sector_store.cuh; +8% at N=1024 over 4-byte stores, session 22 run 7); a piece
+// of a split unit adds them into the unit's sums instead.
 template <typename Traits>
 __device__ __forceinline__ void store_key_gradients(const float (&dk)[Traits::kDTiles][4],
                                                     const float (&dv)[Traits::kDTiles][4],
                                                     const BackwardParams& p, const BackwardTile& tile,
                                                     std::int64_t key0, int g, int t) {
   using Element = typename Traits::Element;
+  if constexpr (kTailSplit<Traits>) {
+    const int split_index = split_piece_index<Traits>(p);
+    if (split_index >= 0) {
+      add_key_gradients_to_sums<Traits>(dk, dv, p, tile, split_index, key0, g, t);
+      return;
+    }
+  }
   const int col_tiles = p.head_dim / 8;
   const int col = sector_store_column(t);
   Element* dk_out = static_cast<Element*>(p.dk) + tile.b * p.dk_strides.batch +

@@ -1,8 +1,9 @@
 // Launches one instantiation (element type x head dim) of the sm90 backward: preprocess (shared
-// with the sm80 family: delta, lse in log2 units, the dQ accumulator zeroed), the main kernel
-// (tensor maps, grid of the key tiles some query sees x batch*kv heads, longest first under a
-// mask; dK = dV = 0 filled in on the other keys), and the dQ postprocess (also the sm80 family's:
-// the accumulator is fragment-ordered, common/dq_accum.cuh).
+// with the sm80 family: delta, lse in log2 units, the dQ accumulator and split sums zeroed), the
+// main kernel (tensor maps, grid of the key tiles some query sees x batch*kv heads, longest first
+// under a mask, a small last wave split without one; dK = dV = 0 filled in on the other keys),
+// and the postprocess (also the sm80 family's: dQ from its fragment-ordered accumulator,
+// common/dq_accum.cuh, and the split units' dK, dV).
 // Each sm90_bwd_*.cu instance (src/cuda/instances.cmake) instantiates run_backward_for for one
 // (Element, kHeadDim).
 #pragma once
@@ -16,6 +17,7 @@
 #include "../../common/backward_pre_post.cuh"
 #include "../../common/check_cuda.hpp"
 #include "../../common/env_switch.hpp"
+#include "../../common/tail_split.hpp"
 #include "../../common/tensor_map.hpp"
 #include "../../common/tile_range.hpp"
 #include "kernel.cuh"
@@ -132,6 +134,9 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
     config.attrs = &cluster;
     config.numAttrs = 1;
     check_cuda(cudaLaunchKernelEx(&config, kernel, p), "sm90 backward kernel launch (pairs)");
+  } else if (p.args.split.split_units > 0) {  // a split last wave: one dimension, plan order
+    kernel<<<static_cast<unsigned>(p.args.split.blocks()), Traits::kThreads, kSmem, stream>>>(p);
+    check_launch("sm90 backward kernel launch (split last wave)");
   } else {
     const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(kv_heads));
     kernel<<<grid, Traits::kThreads, kSmem, stream>>>(p);
@@ -140,6 +145,33 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
 #if FLASHPP_SM90_BWD_TRACE
   write_backward_trace(p.trace, n_blocks * kv_heads, stream);
 #endif
+}
+
+// The split of a small last wave (common/tail_split.hpp) for a call of Traits: unmasked (every
+// key tile walks the same steps), a kernel that can split (kTailSplit), the workspace's split
+// area present and large enough. FLASHPP_SM90_BWD_SPLIT=0 launches every key tile whole (A/B
+// runs; read at every call).
+template <typename Traits>
+TailSplit plan_backward_split(const BackwardParams& params) {
+  TailSplit none{};
+  none.unit_rows = Traits::kBlockN;
+  static_assert(!kTailSplit<Traits> || Traits::kBlockN <= split_unit_rows(Traits::kHeadDim),
+                "a split unit's sums hold the kernel's key tile");
+  if (!kTailSplit<Traits> || params.mask.active() || params.split_partials == nullptr ||
+      params.q_len == 0 || params.k_len == 0 || env_switch("FLASHPP_SM90_BWD_SPLIT") == 0) {
+    return none;
+  }
+  auto kernel = flash_bwd_sm90_kernel<Traits>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
+             "cudaFuncSetAttribute (sm90 backward shared memory)");
+  const std::int64_t slots = cached_resident_blocks(kernel, Traits::kThreads, Traits::kSmemBytes);
+  const std::int64_t key_tiles = (params.k_len + Traits::kBlockN - 1) / Traits::kBlockN;
+  const std::int64_t units = key_tiles * params.batch * params.kv_heads;
+  const std::int64_t steps = (params.q_len + Traits::kBlockM - 1) / Traits::kBlockM * params.heads_per_kv;
+  TailSplit plan = plan_tail_split(units, steps, slots, true);
+  if (plan.split_units > params.split_capacity || plan.blocks() > 2147483647) return none;
+  plan.unit_rows = Traits::kBlockN;
+  return plan;
 }
 
 // Paired key tiles at D=128 without dropout or the deterministic mode (kernel.cuh kPaired), by
@@ -178,6 +210,8 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
     // The accumulator's order is the main kernel's (dQ or dQ^T fragments); the postprocess reads it.
     BackwardParams call = params;
     call.dq_accum_transposed = Traits::kDqAccumTransposed;
+    // The split is planned before the preprocess, which zeroes the split units' sums.
+    call.split = plan_backward_split<Traits>(call);
     // Host work first (tensor maps), then the launches back to back, so the GPU does not wait
     // between them on a small problem.
     Sm90BackwardParams p{};
