@@ -267,11 +267,12 @@ TEST(CudaBackward, SplitLastWave) {
 
 // The sm90 family's split last wave (kernel.cuh kTailSplit): one wave of whole key tiles and a
 // few more, split into pieces over their steps (query heads x query tiles), each adding its dK, dV
-// into float32 sums that the postprocess writes out. GQA (the pieces cut across query heads),
-// dropout, a head dim below the kernel's (56 -> 64) and Nk cut inside a key tile; the key tiles
-// are 192 keys at D=64 and 128 at 96/128 (sm80: the same shapes split its 128/64-key tiles
-// differently). Small unmasked shapes elsewhere in this file split too (fewer units than half a
-// wave); these add the whole units beside the pieces.
+// into float32 sums that the postprocess writes out. GQA (the pieces cut across query heads), a
+// head dim below the kernel's (56 -> 64) and Nk cut inside a key tile; D=96 with dropout, whose
+// calls launch every key tile whole. The key tiles are 192 keys at D=64 and 128 at 96/128 (sm80:
+// the same shapes split its 128/64-key tiles differently). Small unmasked shapes elsewhere in this
+// file split too (fewer units than half a wave); these add the whole units beside the pieces.
+// (About 30 s a case on the lent H100's host, most of it the float64 oracle over ~26k keys.)
 TEST(CudaBackward, SplitLastWaveSm90) {
   FLASHPP_SKIP_WITHOUT_GPU();
   int sms = 0;
@@ -281,15 +282,14 @@ TEST(CudaBackward, SplitLastWaveSm90) {
     const std::int64_t key_tile = D <= 64 ? 192 : 128;
     // One block per SM: sms whole tiles and 3 in a split last wave.
     const AttentionShape shape{1, 100, key_tile * (sms + 3) - 37, 4, 1, D};
-    for (bool dropout : {false, true}) {
-      AttentionCase c = make_case(shape, dropout ? DType::f16 : DType::bf16, Layout::bnhd, ++seed);
-      if (dropout) {
-        c.options.dropout_p = 0.15f;
-        c.options.seed = 5;
-      }
-      check_case(c);
-      if (::testing::Test::HasFailure()) return;
+    const bool dropout = D == 96;
+    AttentionCase c = make_case(shape, dropout ? DType::f16 : DType::bf16, Layout::bnhd, ++seed);
+    if (dropout) {
+      c.options.dropout_p = 0.15f;
+      c.options.seed = 5;
     }
+    check_case(c);
+    if (::testing::Test::HasFailure()) return;
   }
 }
 

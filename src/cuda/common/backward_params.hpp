@@ -60,7 +60,8 @@ struct BackwardParams {
   //   `split` cuts, the postprocess writes them out
   float* split_partials = nullptr;
   std::int64_t split_capacity = 0;
-  TailSplit split{};  // set by prepare_main (sm80/backward/launch_impl.cuh); no split until then
+  TailSplit split{};  // set by each family's launch (sm80 prepare_main, sm90 plan_backward_split)
+                      // with split_unit_rows (below)
 
   // Launch order of the main kernel's (key tile, kv head) items: common/block_order.cuh.
   std::int64_t heads_per_group = 1;
@@ -72,6 +73,11 @@ struct BackwardParams {
   // Main kernel on sm90: q and dout tiles through the bulk copy engine (ptx/tma.cuh), with
   // these maps (boxes of one query tile x 64 columns); false: cp.async by every thread.
   bool use_tma = false;
+  // Key rows of a split unit (the main kernel's key tile: 128 or 64 in the sm80 family, 192 or
+  // 128 in the sm90 one), which the postprocess writes out; set with `split`. (Here, in the
+  // padding before the maps, so that no other field moves: the kernels that read them keep
+  // their code.)
+  int split_unit_rows = 0;
   CUtensorMap q_map{}, dout_map{};
 };
 

@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kPostThreads) bwd_postprocess_kernel(const Bac
   // The blocks after the dQ bands write out the main kernel's split units, 16 key rows each.
   const auto dq_blocks = bands_per_head * static_cast<std::uint32_t>(p.batch * p.q_heads);
   if (blockIdx.x >= dq_blocks) {
-    const std::uint32_t bands_per_unit = p.split.unit_rows / 16;
+    const std::uint32_t bands_per_unit = p.split_unit_rows / 16;
     const std::uint32_t k = blockIdx.x - dq_blocks;
     write_split_rows<Element>(p, k / bands_per_unit, static_cast<int>(k % bands_per_unit),
                               kPostThreads);
@@ -278,7 +278,7 @@ void launch_postprocess(const BackwardParams& p, cudaStream_t stream) {
                     kMaxFragmentsPerWarp * kPostWarps >= 16 / 16 * 256 / 8,
                 "every 16x8 block of a band has a warp slot");
   const std::int64_t blocks = p.batch * p.q_heads * ((p.q_len + band_rows - 1) / band_rows) +
-                              p.split.split_units * (p.split.unit_rows / 16);
+                              p.split.split_units * (p.split_unit_rows / 16);
   const std::size_t smem = sizeof(float) * band_rows * post_pitch(p.accum_width);  // <= 48 KB
   bwd_postprocess_kernel<Element>
       <<<static_cast<unsigned>(blocks), kPostThreads, smem, stream>>>(p);

@@ -3,7 +3,7 @@
 // after every piece, writes them out as the unit's dK and dV in the storage dtype.
 //
 // Layout (workspace, zeroed by the preprocess): [split unit][dV, dK][key row][kernel head dim]
-// (units split_unit_floats apart; a unit's key rows are the launch's p.split.unit_rows),
+// (units split_unit_floats apart; a unit's key rows are the launch's p.split_unit_rows),
 // row-major, so that a piece adds exactly the (row, column pair) values its epilogue would have
 // stored, at the same indices (the same code shape as the store keeps the main loop's register
 // allocation unchanged; fragment-ordered blocks here changed it, docs/perf-notes.md).
@@ -39,7 +39,7 @@ __device__ __forceinline__ void add_pair(float* sum, float a, float b) {
 template <typename Element>
 __device__ void write_split_rows(const BackwardParams& p, std::int64_t split_index, int band,
                                  int threads) {
-  const int key_rows = p.split.unit_rows;
+  const int key_rows = p.split_unit_rows;
   const std::int64_t key_tiles = (p.k_len + key_rows - 1) / key_rows;
   const BlockItem item = block_item(p.split.whole_units + split_index, key_tiles,
                                     p.batch * p.kv_heads, p.heads_per_group);

@@ -35,9 +35,6 @@ struct TailSplit {
   std::int64_t whole_units = 0;  // units [0, whole_units): one block each, in launch order
   std::int64_t split_units = 0;  // the units after them: `pieces` blocks each
   std::int64_t pieces = 1;
-  // Key rows of a unit (the main kernel's key tile: 128 or 64 in the sm80 family, 192 or 128 in
-  // the sm90 one), which the postprocess writes out; set by the family's launch.
-  int unit_rows = 0;
 
   FLASHPP_HD std::int64_t blocks() const { return whole_units + split_units * pieces; }
 };

@@ -67,7 +67,7 @@ BackwardParams prepare_main(const BackwardParams& p, bool deterministic) {
       units, steps, slots,
       FLASHPP_BWD_SPLIT_TAIL && !deterministic && !p.mask.active() && p.split_partials != nullptr);
   if (prepared.split.split_units > p.split_capacity) prepared.split = TailSplit{units, 0, 1};
-  prepared.split.unit_rows = Shape::kKeyRows;
+  prepared.split_unit_rows = Shape::kKeyRows;
   // Bulk copies of the query-side tiles where the GPU has them and the tiles are 64-column panels
   // (the sm80 code, where it runs on such a GPU, ignores the flag).
   prepared.use_tma = false;

@@ -195,7 +195,7 @@ struct Sm90BackwardParams {
   } while (0)
 
 template <typename Element_, int kHeadDim_, bool kDeterministic_ = false, bool kDropout_ = false,
-          bool kPaired_ = false>
+          bool kPaired_ = false, bool kSplit_ = false>
 struct Sm90BackwardTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -205,6 +205,10 @@ struct Sm90BackwardTraits {
   // dQ^T of one 64-column panel over both tiles' 256 keys (paired_dq below), half the L2
   // reduction traffic of a block's own dQ.
   static constexpr bool kPaired = kPaired_;
+  // The kernel of calls whose small last wave is split (kTailSplit below; launch.cuh). Its own
+  // instantiation, so that the other kernels' code stays as it was (with the split's branches
+  // every D=64 kernel lost 1.5% under a causal mask, where none splits: session 33 run 2).
+  static constexpr bool kSplit = kSplit_;
   static constexpr bool kWide = false;  // wide_kernel.cuh's traits: true
   static constexpr int kPaddedHeadDim = (kHeadDim + 63) / 64 * 64;
   static constexpr int kPanels = kPaddedHeadDim / 64;
@@ -308,6 +312,8 @@ struct Sm90BackwardTraits {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one Hopper block");
   static_assert(kConsumers == 2 || (kConsumers == 3 && !kBlockDq),
                 "2 consumers, or 3 with their own dQ");
+  static_assert(!kSplit || (!kPaired && !kDeterministic && !kDropout),
+                "the split kernel: unpaired, not deterministic, without dropout");
   static_assert(!kPaired || (kHeadDim == 128 && kBlockDq && kDqBulk && kPipeline && !kDropout &&
                              kDqStageWarpBytes * 4 == kDsBufferBytes),
                 "pairs: D=128, the block's dQ, bulk adds, the pipeline; a dQ^T tile fits a dS^T copy");
@@ -370,12 +376,12 @@ struct BackwardTile {
   int step0 = 0;                              // kTailSplit: the piece's first step of the unit
 };
 
-// Whether a kernel of Traits may run a split last wave (common/tail_split.hpp; launch.cuh plans it
-// for unmasked calls): not the pairs (a cluster's blocks walk the same steps), not the
-// deterministic mode (its dK, dV sums would depend on the order of the atomics), and not
-// wide_kernel.cuh's (its own epilogue; not measured there).
+// Whether a kernel of Traits runs a split last wave (common/tail_split.hpp; launch.cuh plans it
+// for unmasked calls and then takes the kSplit kernel): not the pairs (a cluster's blocks walk the
+// same steps), not the deterministic mode (its dK, dV sums would depend on the order of the
+// atomics), not dropout (not measured) and not wide_kernel.cuh's (its own epilogue).
 template <typename Traits>
-inline constexpr bool kTailSplit = !Traits::kPaired && !Traits::kDeterministic && !Traits::kWide;
+inline constexpr bool kTailSplit = !Traits::kWide && Traits::kSplit;
 
 template <typename Traits>
 __device__ __forceinline__ BackwardTile backward_tile(const BackwardParams& p) {
@@ -448,7 +454,7 @@ template <typename Traits>
 __device__ __forceinline__ BackwardStep backward_step(const BackwardParams& p,
                                                       const BackwardTile& t, int step) {
   if constexpr (Traits::kDeterministic) step = t.steps - 1 - step;
-  step += t.step0;
+  if constexpr (kTailSplit<Traits>) step += t.step0;
   const std::int64_t tiles = t.m_end - t.m_begin;
   return BackwardStep{t.h_kv * p.heads_per_kv + step / tiles,
                       (t.m_begin + step % tiles) * Traits::kBlockM};
@@ -924,7 +930,7 @@ __device__ __forceinline__ void add_key_gradients_to_sums(const float (&dk)[Trai
                                                           const BackwardTile& tile,
                                                           int split_index, std::int64_t key0,
                                                           int g, int t) {
-  // (The unit's rows are the kernel's key tile, launch.cuh: p.split.unit_rows == kBlockN.)
+  // (The unit's rows are the kernel's key tile, launch.cuh: p.split_unit_rows == kBlockN.)
   constexpr int kDkOffset = Traits::kBlockN * Traits::kHeadDim;
   const int col_tiles = p.head_dim / 8;  // (a multiple of 8)
   float* sum = split_unit_sums(p, split_index) + static_cast<int>(key0 - tile.n0) * Traits::kHeadDim +

@@ -148,30 +148,33 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
 }
 
 // The split of a small last wave (common/tail_split.hpp) for a call of Traits: unmasked (every
-// key tile walks the same steps), a kernel that can split (kTailSplit), the workspace's split
-// area present and large enough. FLASHPP_SM90_BWD_SPLIT=0 launches every key tile whole (A/B
-// runs; read at every call).
+// key tile walks the same steps), a kernel that splits (kTailSplit: the kSplit instantiation,
+// which run_backward_for takes where this plans a split for it), the workspace's split area
+// present and large enough. FLASHPP_SM90_BWD_SPLIT=0 launches every key tile whole (A/B runs;
+// read at every call).
 template <typename Traits>
 TailSplit plan_backward_split(const BackwardParams& params) {
-  TailSplit none{};
-  none.unit_rows = Traits::kBlockN;
-  static_assert(!kTailSplit<Traits> || Traits::kBlockN <= split_unit_rows(Traits::kHeadDim),
-                "a split unit's sums hold the kernel's key tile");
-  if (!kTailSplit<Traits> || params.mask.active() || params.split_partials == nullptr ||
-      params.q_len == 0 || params.k_len == 0 || env_switch("FLASHPP_SM90_BWD_SPLIT") == 0) {
-    return none;
+  const TailSplit none{};
+  if constexpr (kTailSplit<Traits>) {
+    static_assert(Traits::kBlockN <= split_unit_rows(Traits::kHeadDim),
+                  "a split unit's sums hold the kernel's key tile");
+    if (params.mask.active() || params.split_partials == nullptr || params.q_len == 0 ||
+        params.k_len == 0 || env_switch("FLASHPP_SM90_BWD_SPLIT") == 0) {
+      return none;
+    }
+    auto kernel = flash_bwd_sm90_kernel<Traits>;
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
+               "cudaFuncSetAttribute (sm90 backward shared memory)");
+    const std::int64_t slots = cached_resident_blocks(kernel, Traits::kThreads, Traits::kSmemBytes);
+    const std::int64_t key_tiles = (params.k_len + Traits::kBlockN - 1) / Traits::kBlockN;
+    const std::int64_t units = key_tiles * params.batch * params.kv_heads;
+    const std::int64_t steps =
+        (params.q_len + Traits::kBlockM - 1) / Traits::kBlockM * params.heads_per_kv;
+    const TailSplit plan = plan_tail_split(units, steps, slots, true);
+    if (plan.split_units > params.split_capacity || plan.blocks() > 2147483647) return none;
+    return plan;
   }
-  auto kernel = flash_bwd_sm90_kernel<Traits>;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
-             "cudaFuncSetAttribute (sm90 backward shared memory)");
-  const std::int64_t slots = cached_resident_blocks(kernel, Traits::kThreads, Traits::kSmemBytes);
-  const std::int64_t key_tiles = (params.k_len + Traits::kBlockN - 1) / Traits::kBlockN;
-  const std::int64_t units = key_tiles * params.batch * params.kv_heads;
-  const std::int64_t steps = (params.q_len + Traits::kBlockM - 1) / Traits::kBlockM * params.heads_per_kv;
-  TailSplit plan = plan_tail_split(units, steps, slots, true);
-  if (plan.split_units > params.split_capacity || plan.blocks() > 2147483647) return none;
-  plan.unit_rows = Traits::kBlockN;
-  return plan;
+  return none;
 }
 
 // Paired key tiles at D=128 without dropout or the deterministic mode (kernel.cuh kPaired), by
@@ -212,6 +215,7 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
     call.dq_accum_transposed = Traits::kDqAccumTransposed;
     // The split is planned before the preprocess, which zeroes the split units' sums.
     call.split = plan_backward_split<Traits>(call);
+    call.split_unit_rows = Traits::kBlockN;
     // Host work first (tensor maps), then the launches back to back, so the GPU does not wait
     // between them on a small problem.
     Sm90BackwardParams p{};
@@ -242,6 +246,13 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
   } else if (kHeadDim == 128 && pairs_wanted(params)) {
     if constexpr (kHeadDim == 128) run(TraitsTag<Sm90BackwardTraits<Element, kHeadDim, false, false, true>>{});
   } else {
+    if constexpr (kHeadDim <= 128) {  // kernel.cuh's head dims: the split kernel where it splits
+      using SplitTraits = Sm90BackwardTraits<Element, kHeadDim, false, false, false, true>;
+      if (plan_backward_split<SplitTraits>(params).split_units > 0) {
+        run(TraitsTag<SplitTraits>{});
+        return;
+      }
+    }
     run(TraitsTag<BackwardTraitsFor<Element, kHeadDim>>{});
   }
 }

@@ -53,6 +53,7 @@ struct Sm90WideBackwardTraits {
   static constexpr bool kWide = true;
   static constexpr bool kDqTransposed = false;  // kernel.cuh's dQ^T at D=64
   static constexpr bool kPaired = false;
+  static constexpr bool kSplit = false;   // (kernel.cuh's split last wave: not here)
   static constexpr bool kDqAccumTransposed = false;
   static constexpr int kPaddedHeadDim = kHeadDim;
   static constexpr int kPanels = kHeadDim / 64;
