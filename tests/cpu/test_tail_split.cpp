@@ -5,11 +5,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/common/backward_workspace.hpp"
 #include "cuda/common/tail_split.hpp"
 
 namespace {
 
 using flashpp::cuda::kMaxSplitUnits;
+using flashpp::cuda::main_key_rows;
+using flashpp::cuda::split_unit_floats;
+using flashpp::cuda::split_unit_rows;
 using flashpp::cuda::piece_steps;
 using flashpp::cuda::plan_tail_split;
 using flashpp::cuda::StepRange;
@@ -68,6 +72,23 @@ TEST(TailSplit, SplitsOnlySmallLastWaves) {
   // No more split units than the workspace holds.
   EXPECT_EQ(plan_tail_split(kMaxSplitUnits + 1, 8, 1000, true).pieces, 1);
   EXPECT_EQ(plan_tail_split(kMaxSplitUnits, 8, 1000, true).split_units, kMaxSplitUnits);
+}
+
+// A split unit's sums (dV and dK, float32) hold the key tile of every family that splits: the sm80
+// main kernel's (main_key_rows) and the sm90 kernel's at D=64 (three consumers of 64 keys: 192)
+// and at 96 / 128 (two: 128). The GQA 32:8 D=64 N=1024 case of session 33 splits 60 such units.
+TEST(TailSplit, UnitSumsHoldEveryFamilysKeyTile) {
+  for (int width : {32, 40, 48, 56, 64, 72, 80, 96, 104, 112, 120, 128, 160, 192, 224, 256}) {
+    EXPECT_GE(split_unit_rows(width), main_key_rows(width)) << width;
+    EXPECT_EQ(split_unit_floats(width), 2u * static_cast<unsigned>(split_unit_rows(width) * width));
+  }
+  EXPECT_GE(split_unit_rows(64), 192);
+  EXPECT_GE(split_unit_rows(96), 128);
+  EXPECT_GE(split_unit_rows(128), 128);
+  const TailSplit gqa = plan_tail_split(6 * 32, 16 * 4, 132, true);  // 6 tiles x 32 kv heads
+  EXPECT_EQ(gqa.whole_units, 132);
+  EXPECT_EQ(gqa.split_units, 60);
+  EXPECT_EQ(gqa.pieces, 2);
 }
 
 }  // namespace
