@@ -150,8 +150,8 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
 // The split of a small last wave (common/tail_split.hpp) for a call of Traits: unmasked (every
 // key tile walks the same steps), a kernel that splits (kTailSplit: the kSplit instantiation,
 // which run_backward_for takes where this plans a split for it), the workspace's split area
-// present and large enough. FLASHPP_SM90_BWD_SPLIT=0 launches every key tile whole (A/B runs;
-// read at every call).
+// present and large enough; none for other kernels. FLASHPP_SM90_BWD_SPLIT=0 launches every key
+// tile whole (A/B runs; read at every call).
 template <typename Traits>
 TailSplit plan_backward_split(const BackwardParams& params) {
   const TailSplit none{};
@@ -208,13 +208,14 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
     throw Error(ErrorCode::internal, "sm90 backward: deterministic mode without turn counters");
   }
   // The main kernel's variant; its tensor maps follow its tiles.
-  auto run = [&](auto traits) {
+  // `split`: the split kernel's plan (plan_backward_split), none for the other kernels.
+  auto run = [&](auto traits, const TailSplit& split = TailSplit{}) {
     using Traits = typename decltype(traits)::type;
     // The accumulator's order is the main kernel's (dQ or dQ^T fragments); the postprocess reads it.
     BackwardParams call = params;
     call.dq_accum_transposed = Traits::kDqAccumTransposed;
-    // The split is planned before the preprocess, which zeroes the split units' sums.
-    call.split = plan_backward_split<Traits>(call);
+    // The split is set before the preprocess, which zeroes the split units' sums.
+    call.split = split;
     call.split_unit_rows = Traits::kBlockN;
     // Host work first (tensor maps), then the launches back to back, so the GPU does not wait
     // between them on a small problem.
@@ -248,8 +249,9 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
   } else {
     if constexpr (kHeadDim <= 128) {  // kernel.cuh's head dims: the split kernel where it splits
       using SplitTraits = Sm90BackwardTraits<Element, kHeadDim, false, false, false, true>;
-      if (plan_backward_split<SplitTraits>(params).split_units > 0) {
-        run(TraitsTag<SplitTraits>{});
+      const TailSplit split = plan_backward_split<SplitTraits>(params);
+      if (split.split_units > 0) {
+        run(TraitsTag<SplitTraits>{}, split);
         return;
       }
     }
