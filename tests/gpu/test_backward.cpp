@@ -229,7 +229,8 @@ AttentionCase make_case(AttentionShape shape, DType dtype, Layout layout, std::u
 // ---- The sweep --------------------------------------------------------------------------------
 
 // Tiny shapes that still reach every code path (partial tiles, element masks, GQA, softcap,
-// dropout, both dQ modes): what tools/gpu_check.sh runs under compute-sanitizer ("*Small*").
+// dropout, both dQ modes, the sm90 kernels for small grids and the ones they replace): what
+// tools/gpu_check.sh runs under compute-sanitizer ("*Small*").
 TEST(CudaBackward, SmallShapesEveryPath) {
   FLASHPP_SKIP_WITHOUT_GPU();
   std::uint64_t seed = 50;
@@ -247,6 +248,15 @@ TEST(CudaBackward, SmallShapesEveryPath) {
       c.options.window_left = 30;
       c.options.window_right = 5;
       check_case(c);
+      if (D <= 96 && !deterministic) {  // the sm90 kernels this grid does not take by default:
+        gpu_test::ScopedEnv whole("FLASHPP_SM90_BWD_SPLIT", "0");  // the unsplit key tiles
+        gpu_test::ScopedEnv narrow("FLASHPP_SM90_BWD_NARROW", D == 64 ? "1" : "0");  // 128 keys
+        check_case(c);
+        if (D == 64) {
+          gpu_test::ScopedEnv wide("FLASHPP_SM90_BWD_NARROW", "0");  // and 192 keys
+          check_case(c);
+        }
+      }
       // Unmasked: few units, so the main kernel splits each over several blocks (tail_split.hpp)
       // unless deterministic.
       c = make_case({1, 200, 300, 2, 1, D}, DType::f16, Layout::bnhd, ++seed);
@@ -282,6 +292,8 @@ TEST(CudaBackward, SplitLastWaveSm90) {
     const std::int64_t key_tile = D <= 64 ? 192 : 128;
     // One block per SM: sms whole tiles and 3 in a split last wave.
     const AttentionShape shape{1, 100, key_tile * (sms + 3) - 37, 4, 1, D};
+    // (A grid this small takes 128-key blocks at D=64 by default: Sm90KernelVariantsEveryMask.)
+    gpu_test::ScopedEnv wide("FLASHPP_SM90_BWD_NARROW", "0");
     const bool dropout = D == 96;
     AttentionCase c = make_case(shape, dropout ? DType::f16 : DType::bf16, Layout::bnhd, ++seed);
     if (dropout) {
@@ -516,6 +528,62 @@ TEST(CudaBackward, PairedKeyTilesEveryMask) {
     c.options.window_right = p.right;
     check_case(c);
     if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// The sm90 backward's kernels for one call, each in turn: the default choice (these grids are
+// small: up to half a wave of key tiles they run split whole, the pieces' dK, dV summed by the
+// postprocess; masked ones up to a wave too, in two pieces a tile, but at D=64, where such grids
+// take 128-key blocks), every key tile whole (FLASHPP_SM90_BWD_SPLIT=0,
+// FLASHPP_SM90_BWD_NARROW=0: 192-key blocks at D=64) and, at D=64, the 128-key blocks
+// (FLASHPP_SM90_BWD_NARROW=1, kNarrow). Key tiles cut by Nk (a consumer with no key, one with
+// some), causal both alignments, windows, keys no query sees after and before the seen ones (the
+// launch starts at the first seen tile), GQA, Nq != Nk, head dims that round up.
+TEST(CudaBackward, Sm90KernelVariantsEveryMask) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  struct P {
+    AttentionShape shape;
+    bool causal;
+    Alignment align;
+    std::int64_t left, right;
+  };
+  const P cases[] = {{{2, 300, 333, 4, 2, 64}, false, Alignment::top_left, -1, -1},
+                     {{1, 200, 300, 2, 1, 64}, true, Alignment::bottom_right, -1, -1},
+                     {{1, 512, 200, 2, 2, 56}, true, Alignment::top_left, -1, -1},
+                     {{2, 700, 900, 4, 1, 64}, false, Alignment::bottom_right, 150, 20},
+                     {{1, 1000, 1000, 2, 2, 40}, true, Alignment::top_left, -1, -1},
+                     {{1, 64, 1000, 2, 2, 64}, true, Alignment::top_left, -1, -1},
+                     {{1, 100, 700, 4, 2, 64}, true, Alignment::bottom_right, 64, -1},
+                     {{1, 100, 700, 4, 2, 96}, true, Alignment::bottom_right, 64, -1},
+                     {{2, 333, 300, 8, 2, 128}, true, Alignment::top_left, -1, -1},
+                     {{1, 400, 500, 4, 1, 120}, false, Alignment::top_left, 100, 30},
+                     // 80-96 key tiles: under a mask on a GPU of 100-160 SMs, two pieces each
+                     {{1, 256, 256, 40, 40, 128}, true, Alignment::top_left, -1, -1},
+                     {{1, 300, 300, 32, 32, 96}, true, Alignment::bottom_right, 100, -1},
+                     {{1, 380, 380, 40, 40, 64}, true, Alignment::bottom_right, -1, -1}};
+  struct Pass {
+    const char* split;
+    const char* narrow;
+  };
+  // (The last two at D=64 only: the 128-key blocks, and the 192-key ones split as they would
+  // be without the 128-key kernel.)
+  const Pass passes[] = {{nullptr, nullptr}, {"0", "0"}, {nullptr, "1"}, {nullptr, "0"}};
+  std::uint64_t seed = 860;
+  for (const Pass& pass : passes) {
+    std::optional<gpu_test::ScopedEnv> split, narrow;
+    if (pass.split != nullptr) split.emplace("FLASHPP_SM90_BWD_SPLIT", pass.split);
+    if (pass.narrow != nullptr) narrow.emplace("FLASHPP_SM90_BWD_NARROW", pass.narrow);
+    for (const P& p : cases) {
+      if (pass.narrow != nullptr && pass.split == nullptr && p.shape.D > 64) continue;
+      AttentionCase c = make_case(p.shape, seed % 2 ? DType::f16 : DType::bf16,
+                                  seed % 2 ? Layout::bnhd : Layout::bhnd, ++seed);
+      c.options.causal = p.causal;
+      c.options.alignment = p.align;
+      c.options.window_left = p.left;
+      c.options.window_right = p.right;
+      check_case(c);
+      if (::testing::Test::HasFailure()) return;
+    }
   }
 }
 

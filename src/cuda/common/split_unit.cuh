@@ -40,9 +40,12 @@ template <typename Element>
 __device__ void write_split_rows(const BackwardParams& p, std::int64_t split_index, int band,
                                  int threads) {
   const int key_rows = p.split_unit_rows;
-  const std::int64_t key_tiles = (p.k_len + key_rows - 1) / key_rows;
-  const BlockItem item = block_item(p.split.whole_units + split_index, key_tiles,
-                                    p.batch * p.kv_heads, p.heads_per_group);
+  // The main kernel's units: its launched key tiles (from p.key_tile_offset, the sm90 kernel's
+  // first tile some query sees; all tiles, from 0, in the sm80 family's) x batch * kv heads.
+  const std::int64_t heads = p.batch * p.kv_heads;
+  const std::int64_t key_tiles = (p.split.whole_units + p.split.split_units) / heads;
+  const BlockItem item = block_item(p.split.whole_units + split_index, key_tiles, heads,
+                                    p.heads_per_group);
   const std::int64_t kv_head = item.head % p.kv_heads, batch = item.head / p.kv_heads;
   const float* dv_sum = split_unit_sums(p, split_index);
   const float* dk_sum = dv_sum + static_cast<std::int64_t>(key_rows) * p.accum_width;
@@ -51,7 +54,7 @@ __device__ void write_split_rows(const BackwardParams& p, std::int64_t split_ind
     const bool is_dk = k >= 16 * chunks_per_row;
     const int within = is_dk ? k - 16 * chunks_per_row : k;
     const int row = 16 * band + within / chunks_per_row, col = 8 * (within % chunks_per_row);
-    const std::int64_t j = item.rank * key_rows + row;
+    const std::int64_t j = (item.rank + p.key_tile_offset) * key_rows + row;
     if (j >= p.k_len) continue;
     const float* src = (is_dk ? dk_sum : dv_sum) + row * p.accum_width + col;
     const float4 lo = *reinterpret_cast<const float4*>(src);

@@ -11,8 +11,11 @@
 // (split_unit.cuh). The same rule splits grids of fewer units than half a wave (a single long
 // sequence), which otherwise leave most SMs idle throughout.
 //
-// Not used where the order of float additions must not vary (deterministic mode) or where units
-// cost different amounts (masks: the longest-first order of block_order.cuh handles those).
+// Not used where the order of float additions must not vary (deterministic mode). Under a mask
+// units cost different amounts and the longest-first order of block_order.cuh balances the waves;
+// there the sm90 family splits only grids of at most one wave, every unit of them (into about two
+// waves of pieces, longest units first; sm90/backward/launch.cuh, plan_backward_split), and the
+// sm80 family none.
 // Plain C++ (host and device): tests/cpu/test_tail_split.cpp checks the plan and the mapping.
 #pragma once
 

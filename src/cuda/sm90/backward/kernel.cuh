@@ -1,8 +1,9 @@
 // The FlashAttention backward for Hopper (sm_90a): TMA loads, wgmma products, warp specialisation.
 //
-// One thread block owns one key tile (128 keys; 192 at D=64) of one (batch, kv head): K and V
-// stay in shared memory, dK and dV in registers, while the block walks every query tile (64 rows)
-// of every query head of the kv head's group that sees those keys. Roles:
+// One thread block owns one key tile (128 keys; 192 at D=64, 128 there too in small grids: kNarrow)
+// of one (batch, kv head): K and V stay in shared memory, dK and dV in registers, while the block
+// walks every query tile (64 rows) of every query head of the kv head's group that sees those
+// keys. Roles:
 //   producer (warpgroup 0, one thread): K and V once, then per query step Q, dO and the step's
 //     lse (log2 units) and delta rows through a ring of `stages` buffers (bulk copies);
 //   consumers (warpgroups 1, 2; and 3 at D=64): each owns 64 of the block's keys and computes,
@@ -14,7 +15,7 @@
 //         dQ = dS K                                   (wgmma, dS^T staged in shared memory)
 //     dQ is the block's at D=128: both consumers' dS^T (all 128 keys) times K, each consumer
 //     computing half of dQ's columns (half the atomic traffic); at D=64 the block's too, as
-//     dQ^T = K^T dS^T over its 192 keys, one consumer in turn computing the previous step's
+//     dQ^T = K^T dS^T over its 192 (128) keys, one consumer in turn computing the previous step's
 //     (kDqTransposed; FLASHPP_SM90_BWD_DQ_T=0: each consumer's 64-key part of every column); at
 //     D=96 each consumer's part; at D=128 in long unmasked calls (kPaired) the pair's, two blocks
 //     of a cluster on neighbouring key tiles each computing dQ^T of one 64-column panel over both
@@ -28,8 +29,9 @@
 //   dQ. Three consumers (D=64, 160 registers each) overlap one another's steps instead.
 // At the end dK is scaled and dK, dV are stored; the postprocess turns the dQ accumulator into dq.
 // Unmasked calls whose last wave of blocks is small run it split (common/tail_split.hpp, as the
-// sm80 family): its key tiles' steps cut into pieces, each adding dK, dV into float32 sums that
-// the postprocess writes out (kTailSplit, add_key_gradients_to_sums).
+// sm80 family), and so do masked calls of at most a wave of blocks, all of it: its key
+// tiles' steps cut into pieces, each adding dK, dV into float32 sums that the postprocess writes
+// out (kTailSplit, add_key_gradients_to_sums).
 // Rows past Nq arrive as zeros with lse_log2 = +inf (P = 0); keys past Nk arrive as zeros and are
 // masked. Softcap runs on the sm80 family (dispatch). Dropout (kDropout): P^T and dP^T are
 // multiplied by the factors of the forward's mask, regenerated from Philox (common/philox.hpp:
@@ -195,7 +197,7 @@ struct Sm90BackwardParams {
   } while (0)
 
 template <typename Element_, int kHeadDim_, bool kDeterministic_ = false, bool kDropout_ = false,
-          bool kPaired_ = false, bool kSplit_ = false>
+          bool kPaired_ = false, bool kSplit_ = false, bool kNarrow_ = false>
 struct Sm90BackwardTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -209,11 +211,14 @@ struct Sm90BackwardTraits {
   // instantiation, so that the other kernels' code stays as it was (with the split's branches
   // every D=64 kernel lost 1.5% under a causal mask, where none splits: session 33 run 2).
   static constexpr bool kSplit = kSplit_;
+  // Two consumers at D=64 (128-key blocks) instead of FLASHPP_SM90_BWD_D64_CONSUMERS: the kernel
+  // of small grids, where 192-key blocks leave SMs idle (launch.cuh, narrow_wanted).
+  static constexpr bool kNarrow = kNarrow_;
   static constexpr bool kWide = false;  // wide_kernel.cuh's traits: true
   static constexpr int kPaddedHeadDim = (kHeadDim + 63) / 64 * 64;
   static constexpr int kPanels = kPaddedHeadDim / 64;
   static constexpr int kConsumers =
-      kHeadDim <= 64 ? FLASHPP_SM90_BWD_D64_CONSUMERS : 2;
+      kHeadDim <= 64 && !kNarrow ? FLASHPP_SM90_BWD_D64_CONSUMERS : 2;
   static constexpr int kBlockN = 64 * kConsumers;  // keys per block
   static constexpr int kBlockM = 64;               // queries per step
   static constexpr int kStages = FLASHPP_SM90_BWD_STAGES;  // Q/dO/lse/delta ring depth
@@ -234,7 +239,7 @@ struct Sm90BackwardTraits {
   static constexpr bool kDqBulk = FLASHPP_SM90_BWD_DQ_BULK != 0 && !kDeterministic;
   // The block's dQ^T by one consumer in turn (FLASHPP_SM90_BWD_DQ_T): three consumers at D=64,
   // bulk adds or the deterministic mode's writers.
-  static constexpr bool kDqTransposed = FLASHPP_SM90_BWD_DQ_T != 0 && kConsumers == 3 &&
+  static constexpr bool kDqTransposed = FLASHPP_SM90_BWD_DQ_T != 0 && (kConsumers == 3 || kNarrow) &&
                                         kHeadDim == 64 && !kBlockDq &&
                                         (FLASHPP_SM90_BWD_DQ_BULK != 0 || kDeterministic);
   static constexpr int kDqColumns = kBlockDq ? kHeadDim / kConsumers : kHeadDim;
@@ -312,6 +317,8 @@ struct Sm90BackwardTraits {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one Hopper block");
   static_assert(kConsumers == 2 || (kConsumers == 3 && !kBlockDq),
                 "2 consumers, or 3 with their own dQ");
+  static_assert(!kNarrow || (kHeadDim == 64 && !kPaired && !kSplit),
+                "the narrow kernel: D=64, whole key tiles");
   static_assert(!kSplit || (!kPaired && !kDeterministic && !kDropout),
                 "the split kernel: unpaired, not deterministic, without dropout");
   static_assert(!kPaired || (kHeadDim == 128 && kBlockDq && kDqBulk && kPipeline && !kDropout &&
@@ -394,8 +401,8 @@ __device__ __forceinline__ BackwardTile backward_tile(const BackwardParams& p) {
   if constexpr (kTailSplit<Traits>) {
     if (p.split.split_units > 0) {
       piece = unit_piece(p.split, blockIdx.x);
-      n_blocks = (p.k_len + Traits::kBlockN - 1) / Traits::kBlockN;
       heads = p.batch * p.kv_heads;
+      n_blocks = (p.split.whole_units + p.split.split_units) / heads;  // the launched key tiles
       linear = piece.unit;
     }
   }
@@ -1076,8 +1083,8 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
     if constexpr (Traits::kDqTransposed) {
       const int b = s_done % Traits::kDsBuffers;
       mbarrier_wait(smem.ds_full(b), static_cast<std::uint32_t>(s_done / Traits::kDsBuffers) & 1u);
-      if (dq_consumers == 3) {
-        issue_transposed_query_gradient<Traits, 192>(dq, smem.ds(b, 0), smem.k());
+      if (Traits::kConsumers == 3 && dq_consumers == 3) {
+        issue_transposed_query_gradient<Traits, Traits::kBlockN>(dq, smem.ds(b, 0), smem.k());
       } else if (dq_consumers == 2) {
         issue_transposed_query_gradient<Traits, 128>(dq, smem.ds(b, 0), smem.k());
       } else {

@@ -109,9 +109,12 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
   const std::int64_t n_blocks = span.end - span.begin;
   // The deterministic mode needs the key tiles of a head to start in rank order (a block waits
   // for the blocks of lower rank): block_item keeps rank order within a head either way.
-  const bool ordered = FLASHPP_BLOCK_ORDER && params.mask.active();
+  // (A split launch keeps the order run_backward_for set, which the postprocess follows.)
+  const bool ordered = FLASHPP_BLOCK_ORDER && params.mask.active() && params.split.split_units == 0;
   const std::int64_t slots = ordered ? cached_resident_blocks(kernel, Traits::kThreads, kSmem) : 0;
-  p.args.heads_per_group = ordered ? heads_per_group(true, n_blocks, kv_heads, slots) : 1;
+  if (params.split.split_units == 0) {
+    p.args.heads_per_group = ordered ? heads_per_group(true, n_blocks, kv_heads, slots) : 1;
+  }
 #if FLASHPP_SM90_BWD_TRACE
   p.trace = backward_trace_buffer(stream);
 #endif
@@ -147,30 +150,53 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
 #endif
 }
 
-// The split of a small last wave (common/tail_split.hpp) for a call of Traits: unmasked (every
-// key tile walks the same steps), a kernel that splits (kTailSplit: the kSplit instantiation,
-// which run_backward_for takes where this plans a split for it), the workspace's split area
-// present and large enough; none for other kernels. FLASHPP_SM90_BWD_SPLIT=0 launches every key
-// tile whole (A/B runs; read at every call).
+// The split of a small last wave (common/tail_split.hpp) for a call of Traits: a kernel that
+// splits (kTailSplit: the kSplit instantiation, which run_backward_for takes where this plans a
+// split for it), the workspace's split area present and large enough; none for other kernels.
+// Without a mask every key tile walks the same steps, and a last wave of at most half the slots is
+// split. Under one the key tiles' step counts differ (the longest-first order of block_order.cuh
+// balances larger grids), and only a grid of at most one wave is split, all of it, each unit cut
+// into equal runs of its own steps: into as many pieces as make about kMaskedSplitWaves waves
+// (at least two), launched longest unit first (GQA and MQA with few kv heads, short sequences;
+// under a causal mask the longest key tile walks twice the average's steps, which a wave of whole
+// tiles, or of pieces cut the same number of times, waits for).
+// Session 34 run 5 (H100, bf16, interleaved GPU time, causal, against session 33's head / one wave
+// of pieces, FLASHPP_SM90_BWD_MASKED_SPLIT_WAVES=1): B=1 H=16:4 N=2048 D=64 3.0x / +30%, B=1
+// H=32:8 N=1024 D=64 2.2x / +37%, D=128 +70% / +15%, B=2 H=8:2 N=2048 D=96 2.0x / +28%, B=1 H=16:1
+// N=4096 D=128 6.0x / +71%, two pieces a tile: B=1 H=32:8 N=2048 D=128 +37%, H=32:4 N=4096 +51%,
+// H=8:2 N=8192 +76%.
+// FLASHPP_SM90_BWD_SPLIT=0 launches every key tile whole (A/B runs; read at every call);
+// FLASHPP_SM90_BWD_MASKED_SPLIT_WAVES (a compile definition) sets the waves of a masked split.
+#ifndef FLASHPP_SM90_BWD_MASKED_SPLIT_WAVES
+#define FLASHPP_SM90_BWD_MASKED_SPLIT_WAVES 2
+#endif
+inline constexpr std::int64_t kMaskedSplitWaves = FLASHPP_SM90_BWD_MASKED_SPLIT_WAVES;
 template <typename Traits>
 TailSplit plan_backward_split(const BackwardParams& params) {
   const TailSplit none{};
   if constexpr (kTailSplit<Traits>) {
     static_assert(Traits::kBlockN <= split_unit_rows(Traits::kHeadDim),
                   "a split unit's sums hold the kernel's key tile");
-    if (params.mask.active() || params.split_partials == nullptr || params.q_len == 0 ||
-        params.k_len == 0 || env_switch("FLASHPP_SM90_BWD_SPLIT") == 0) {
+    if (params.split_partials == nullptr || params.q_len == 0 || params.k_len == 0 ||
+        env_switch("FLASHPP_SM90_BWD_SPLIT") == 0) {
       return none;
     }
     auto kernel = flash_bwd_sm90_kernel<Traits>;
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
                "cudaFuncSetAttribute (sm90 backward shared memory)");
     const std::int64_t slots = cached_resident_blocks(kernel, Traits::kThreads, Traits::kSmemBytes);
-    const std::int64_t key_tiles = (params.k_len + Traits::kBlockN - 1) / Traits::kBlockN;
-    const std::int64_t units = key_tiles * params.batch * params.kv_heads;
+    // The key tiles that launch_main launches: those some query sees (all without a mask).
+    const KeyTileRange span =
+        key_tile_range(params.mask, params.k_len, 0, params.q_len, Traits::kBlockN);
+    const std::int64_t units = (span.end - span.begin) * params.batch * params.kv_heads;
+    if (span.empty() || (params.mask.active() && units > slots)) return none;
     const std::int64_t steps =
         (params.q_len + Traits::kBlockM - 1) / Traits::kBlockM * params.heads_per_kv;
-    const TailSplit plan = plan_tail_split(units, steps, slots, true);
+    TailSplit plan = plan_tail_split(units, steps, slots, !params.mask.active());
+    if (params.mask.active() && steps >= 2) {
+      const std::int64_t pieces = kMaskedSplitWaves * slots / units;
+      plan = TailSplit{0, units, pieces < 2 ? 2 : pieces < steps ? pieces : steps};
+    }
     if (plan.split_units > params.split_capacity || plan.blocks() > 2147483647) return none;
     return plan;
   }
@@ -182,12 +208,47 @@ TailSplit plan_backward_split(const BackwardParams& params) {
 // Session 32 run 5 (H100, bf16, B=4 H=32 / B=2 at 16384, against unpaired blocks): N 4096 and
 // 16384 +3.9 / +4.3%, N=1024 -2.5%; causal -4.6% / -0.3% / -10% (both blocks of a pair walk the
 // union of their query tiles, so the upper one computes two steps that see none of its keys).
-// FLASHPP_SM90_BWD_PAIRS=0 / =1 (read at every call) turns them off / on for every such call.
+// Not where the whole grid is split (plan_backward_split: at most half a wave of key tiles, e.g.
+// MQA B=1 H=16 N=4096, 32 key tiles: paired, 32 blocks on 132 SMs ran at 0.30 of cuDNN, split
+// 3.4x faster, and B=1 H=32:8 N=1024 +38%; session 34 runs 3-4). FLASHPP_SM90_BWD_PAIRS=0 / =1 (read at every call) turns them off / on for every such
+// call.
 inline constexpr std::int64_t kPairMinSteps = 64;
-inline bool pairs_wanted(const BackwardParams& p) {
+inline bool pairs_wanted(const BackwardParams& p, bool whole_grid_split) {
   const int forced = env_switch("FLASHPP_SM90_BWD_PAIRS");
   if (forced >= 0) return forced == 1;
-  return !p.mask.active() && (p.q_len + 63) / 64 * p.heads_per_kv >= kPairMinSteps;
+  return !p.mask.active() && !whole_grid_split &&
+         (p.q_len + 63) / 64 * p.heads_per_kv >= kPairMinSteps;
+}
+
+// 128-key blocks at D=64 (kNarrow: two consumer warpgroups) instead of 192-key ones (three) where
+// the 192-key grid leaves SMs idle: at most one wave of blocks under a mask, at most 1.5 waves
+// without one, unless the whole 192-key grid is split (`split`, planned by plan_backward_split)
+// and has at most half the slots of key tiles, which its pieces fill better still
+// (the narrow kernel does not split). The narrow kernel does 0.83 of the wide one's work a second
+// on a full machine (B=2 H=32 N=16384), but in small grids it has 1.5x the blocks to fill the SMs
+// with. Session 34 runs 1-4 (H200 runs 1-2, H100 runs 3-4; bf16, interleaved GPU time, narrow
+// against wide): B=1 H=16 N=1024 +25% (causal +16%, and +14% against the masked grid's two
+// pieces a tile), B=1 H=16 N=2048 +14% (+5%), B=2 H=16 N=1024 and B=1 H=32 N=1024 +11% (causal
+// -2..-3%: more than a wave there), GQA B=4 H=32:8 N=1024 +8%, B=1 H=16 N=4096 -1% (-7%), B=4
+// H=32 N=1024 -1% (-7%); B=1 H=16:4 N=2048 (44 blocks, one wave of pieces) -39% (causal -49%).
+// Plain kernels only (not dropout or the deterministic mode: not measured).
+// FLASHPP_SM90_BWD_NARROW=0 / =1 (read at every call) turns it off / on for every such call.
+template <typename WideTraits>
+bool narrow_wanted(const BackwardParams& p, const TailSplit& split) {
+  const int forced = env_switch("FLASHPP_SM90_BWD_NARROW");
+  if (forced >= 0) return forced == 1;
+  if (p.q_len == 0 || p.k_len == 0) return false;
+  const KeyTileRange span = key_tile_range(p.mask, p.k_len, 0, p.q_len, WideTraits::kBlockN);
+  if (span.empty()) return false;
+  const std::int64_t blocks = (span.end - span.begin) * p.batch * p.kv_heads;
+  auto kernel = flash_bwd_sm90_kernel<WideTraits>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  WideTraits::kSmemBytes),
+             "cudaFuncSetAttribute (sm90 backward shared memory)");
+  const std::int64_t slots =
+      cached_resident_blocks(kernel, WideTraits::kThreads, WideTraits::kSmemBytes);
+  if (split.split_units > 0 && split.whole_units == 0 && 2 * split.split_units <= slots) return false;
+  return p.mask.active() ? blocks <= slots : 2 * blocks <= 3 * slots;
 }
 
 // A traits type passed as a value (the CUDA sources build as C++17: no std::type_identity).
@@ -217,6 +278,14 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
     // The split is set before the preprocess, which zeroes the split units' sums.
     call.split = split;
     call.split_unit_rows = Traits::kBlockN;
+    if (split.split_units > 0) {
+      // The units' key tiles as launch_main launches them, and their order (block_order.cuh),
+      // which the postprocess follows: under a mask the longest first over every head (the split
+      // grids are small), else as they come.
+      call.key_tile_offset =
+          key_tile_range(call.mask, call.k_len, 0, call.q_len, Traits::kBlockN).begin;
+      call.heads_per_group = call.mask.active() ? call.batch * call.kv_heads : 1;
+    }
     // Host work first (tensor maps), then the launches back to back, so the GPU does not wait
     // between them on a small problem.
     Sm90BackwardParams p{};
@@ -244,17 +313,30 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
     }
   } else if (params.dropout.threshold != 0) {
     run(TraitsTag<BackwardTraitsFor<Element, kHeadDim, false, true>>{});
-  } else if (kHeadDim == 128 && pairs_wanted(params)) {
-    if constexpr (kHeadDim == 128) run(TraitsTag<Sm90BackwardTraits<Element, kHeadDim, false, false, true>>{});
-  } else {
-    if constexpr (kHeadDim <= 128) {  // kernel.cuh's head dims: the split kernel where it splits
-      using SplitTraits = Sm90BackwardTraits<Element, kHeadDim, false, false, false, true>;
-      const TailSplit split = plan_backward_split<SplitTraits>(params);
-      if (split.split_units > 0) {
-        run(TraitsTag<SplitTraits>{}, split);
+  } else if constexpr (kHeadDim <= 128) {  // kernel.cuh's head dims
+    // The split kernel where a split is planned; before it the pairs (long unmasked calls at
+    // D=128) and the 128-key blocks (small grids at D=64), unless the whole grid is split.
+    using SplitTraits = Sm90BackwardTraits<Element, kHeadDim, false, false, false, true>;
+    const TailSplit split = plan_backward_split<SplitTraits>(params);
+    const bool whole_grid_split = split.split_units > 0 && split.whole_units == 0;
+    if constexpr (kHeadDim == 128) {
+      if (pairs_wanted(params, whole_grid_split)) {
+        run(TraitsTag<Sm90BackwardTraits<Element, kHeadDim, false, false, true>>{});
         return;
       }
     }
+    if constexpr (kHeadDim == 64) {
+      if (narrow_wanted<BackwardTraitsFor<Element, kHeadDim>>(params, split)) {
+        run(TraitsTag<Sm90BackwardTraits<Element, kHeadDim, false, false, false, false, true>>{});
+        return;
+      }
+    }
+    if (split.split_units > 0) {
+      run(TraitsTag<SplitTraits>{}, split);
+      return;
+    }
+    run(TraitsTag<BackwardTraitsFor<Element, kHeadDim>>{});
+  } else {
     run(TraitsTag<BackwardTraitsFor<Element, kHeadDim>>{});
   }
 }
