@@ -15,6 +15,7 @@ using flashpp::cuda::main_key_rows;
 using flashpp::cuda::split_unit_floats;
 using flashpp::cuda::split_unit_rows;
 using flashpp::cuda::piece_steps;
+using flashpp::cuda::plan_masked_split;
 using flashpp::cuda::plan_tail_split;
 using flashpp::cuda::StepRange;
 using flashpp::cuda::TailSplit;
@@ -72,6 +73,38 @@ TEST(TailSplit, SplitsOnlySmallLastWaves) {
   // No more split units than the workspace holds.
   EXPECT_EQ(plan_tail_split(kMaxSplitUnits + 1, 8, 1000, true).pieces, 1);
   EXPECT_EQ(plan_tail_split(kMaxSplitUnits, 8, 1000, true).split_units, kMaxSplitUnits);
+}
+
+// Masked grids (the sm90 backward): at most a wave of units, each cut into about two waves' worth
+// of pieces (at least two, at most its steps); larger grids, one step or a forbidden split stay
+// whole. Every step of a unit whose own step count is below the plan's maximum is walked once too
+// (the kernel cuts a unit's own steps; pieces past them are empty).
+TEST(TailSplit, MaskedGridsSplitWhole) {
+  const TailSplit mqa = plan_masked_split(32, 1024, 132, 2, true);  // B=1 H=16:1 N=4096 D=128
+  EXPECT_EQ(mqa.whole_units, 0);
+  EXPECT_EQ(mqa.split_units, 32);
+  EXPECT_EQ(mqa.pieces, 8);
+  EXPECT_EQ(plan_masked_split(44, 128, 132, 2, true).pieces, 6);   // B=1 H=16:4 N=2048 D=64
+  EXPECT_EQ(plan_masked_split(128, 512, 132, 2, true).pieces, 2);  // a wave: two pieces
+  EXPECT_EQ(plan_masked_split(44, 128, 132, 1, true).pieces, 3);   // one wave of pieces
+  EXPECT_EQ(plan_masked_split(4, 5, 132, 2, true).pieces, 5);      // capped by the steps
+  EXPECT_EQ(plan_masked_split(133, 512, 132, 2, true).split_units, 0);  // more than a wave
+  EXPECT_EQ(plan_masked_split(133, 512, 132, 2, true).whole_units, 133);
+  EXPECT_EQ(plan_masked_split(32, 1, 132, 2, true).split_units, 0);     // one step
+  EXPECT_EQ(plan_masked_split(32, 64, 132, 2, false).split_units, 0);   // not allowed
+  EXPECT_EQ(plan_masked_split(kMaxSplitUnits + 1, 64, 1000, 2, true).split_units, 0);
+  for (std::int64_t units : {1, 7, 44, 66, 100, 132}) {
+    const std::int64_t steps = 40;
+    const TailSplit plan = plan_masked_split(units, steps, 132, 2, true);
+    for (std::int64_t own : {1, 3, 17, 40}) {  // a unit's own step count under the mask
+      std::vector<int> walked(own, 0);
+      for (std::int64_t p = 0; p < plan.pieces; ++p) {
+        const StepRange r = piece_steps(plan, UnitPiece{0, 0, p}, own);
+        for (std::int64_t s = r.begin; s < r.end; ++s) ++walked[s];
+      }
+      for (std::int64_t s = 0; s < own; ++s) ASSERT_EQ(walked[s], 1) << units << " " << own;
+    }
+  }
 }
 
 // A split unit's sums (dV and dK, float32) hold the key tile of every family that splits: the sm80

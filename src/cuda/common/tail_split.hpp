@@ -54,6 +54,20 @@ inline TailSplit plan_tail_split(std::int64_t units, std::int64_t steps, std::in
   return TailSplit{units - last_wave, last_wave, pieces};
 }
 
+// A masked grid (units of unequal step counts, at most `steps`) of at most `slots` units, split
+// whole: each unit into as many equal runs of its own steps as make about `waves` waves of pieces
+// (at least two, at most `steps`), so that, launched longest unit first, the longest units' pieces
+// are no longer than the waves need (the sm90 backward, launch.cuh plan_backward_split). A larger
+// grid, a single step, or a forbidden split: every unit whole.
+inline TailSplit plan_masked_split(std::int64_t units, std::int64_t steps, std::int64_t slots,
+                                   std::int64_t waves, bool allowed) {
+  if (!allowed || units <= 0 || units > slots || units > kMaxSplitUnits || steps < 2) {
+    return TailSplit{units > 0 ? units : 0, 0, 1};
+  }
+  const std::int64_t pieces = waves * slots / units;
+  return TailSplit{0, units, pieces < 2 ? 2 : pieces < steps ? pieces : steps};
+}
+
 // What block `linear` of the launch does: a whole unit, or piece `piece` of a split unit.
 struct UnitPiece {
   std::int64_t unit;         // linear unit index (block_order.cuh maps it to tile and head)

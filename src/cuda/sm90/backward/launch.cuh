@@ -189,14 +189,12 @@ TailSplit plan_backward_split(const BackwardParams& params) {
     const KeyTileRange span =
         key_tile_range(params.mask, params.k_len, 0, params.q_len, Traits::kBlockN);
     const std::int64_t units = (span.end - span.begin) * params.batch * params.kv_heads;
-    if (span.empty() || (params.mask.active() && units > slots)) return none;
+    if (span.empty()) return none;
     const std::int64_t steps =
         (params.q_len + Traits::kBlockM - 1) / Traits::kBlockM * params.heads_per_kv;
-    TailSplit plan = plan_tail_split(units, steps, slots, !params.mask.active());
-    if (params.mask.active() && steps >= 2) {
-      const std::int64_t pieces = kMaskedSplitWaves * slots / units;
-      plan = TailSplit{0, units, pieces < 2 ? 2 : pieces < steps ? pieces : steps};
-    }
+    const TailSplit plan =
+        params.mask.active() ? plan_masked_split(units, steps, slots, kMaskedSplitWaves, true)
+                             : plan_tail_split(units, steps, slots, true);
     if (plan.split_units > params.split_capacity || plan.blocks() > 2147483647) return none;
     return plan;
   }
