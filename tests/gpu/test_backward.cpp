@@ -500,6 +500,28 @@ TEST(CudaBackward, UnmaskedKeyTileCountsOddAndEven) {
   }
 }
 
+// A call shape with its mask, for the tests that run a kernel variant over many masks.
+struct MaskedShape {
+  AttentionShape shape;
+  bool causal;
+  Alignment align;
+  std::int64_t left, right;  // the window (-1: none)
+};
+
+// check_case of one MaskedShape, the dtype and layout alternating with the seed (advanced here);
+// false once the test has a failure (the first failing case is the useful one).
+bool check_masked_shape(const MaskedShape& m, std::uint64_t& seed) {
+  const std::uint64_t case_seed = ++seed;
+  AttentionCase c = make_case(m.shape, case_seed % 2 ? DType::f16 : DType::bf16,
+                              case_seed % 2 ? Layout::bnhd : Layout::bhnd, case_seed);
+  c.options.causal = m.causal;
+  c.options.alignment = m.align;
+  c.options.window_left = m.left;
+  c.options.window_right = m.right;
+  check_case(c);
+  return !::testing::Test::HasFailure();
+}
+
 // Paired key tiles (the sm90 backward at D=128, clusters of two blocks adding their dQ^T together),
 // forced on for every call (by default only long calls without a mask take them): odd and even
 // key-tile counts (an odd one gives the last pair a pad block past Nk), a pair whose upper tile
@@ -507,27 +529,15 @@ TEST(CudaBackward, UnmaskedKeyTileCountsOddAndEven) {
 TEST(CudaBackward, PairedKeyTilesEveryMask) {
   FLASHPP_SKIP_WITHOUT_GPU();
   gpu_test::ScopedEnv pairs("FLASHPP_SM90_BWD_PAIRS", "1");
-  struct P {
-    AttentionShape shape;
-    bool causal;
-    Alignment align;
-    std::int64_t left, right;
-  };
-  const P cases[] = {{{2, 300, 333, 4, 2, 128}, false, Alignment::top_left, -1, -1},
-                     {{1, 200, 512, 2, 1, 128}, true, Alignment::bottom_right, -1, -1},
-                     {{1, 512, 200, 2, 2, 120}, true, Alignment::top_left, -1, -1},
-                     {{2, 700, 900, 4, 1, 128}, false, Alignment::bottom_right, 150, 20},
-                     {{1, 1000, 1000, 2, 2, 128}, true, Alignment::top_left, -1, -1},
-                     {{1, 64, 1000, 2, 2, 128}, true, Alignment::top_left, -1, -1}};
+  const MaskedShape cases[] = {{{2, 300, 333, 4, 2, 128}, false, Alignment::top_left, -1, -1},
+                               {{1, 200, 512, 2, 1, 128}, true, Alignment::bottom_right, -1, -1},
+                               {{1, 512, 200, 2, 2, 120}, true, Alignment::top_left, -1, -1},
+                               {{2, 700, 900, 4, 1, 128}, false, Alignment::bottom_right, 150, 20},
+                               {{1, 1000, 1000, 2, 2, 128}, true, Alignment::top_left, -1, -1},
+                               {{1, 64, 1000, 2, 2, 128}, true, Alignment::top_left, -1, -1}};
   std::uint64_t seed = 820;
-  for (const P& p : cases) {
-    AttentionCase c = make_case(p.shape, seed % 2 ? DType::f16 : DType::bf16, seed % 2 ? Layout::bnhd : Layout::bhnd, ++seed);
-    c.options.causal = p.causal;
-    c.options.alignment = p.align;
-    c.options.window_left = p.left;
-    c.options.window_right = p.right;
-    check_case(c);
-    if (::testing::Test::HasFailure()) return;
+  for (const MaskedShape& m : cases) {
+    if (!check_masked_shape(m, seed)) return;
   }
 }
 
@@ -541,26 +551,21 @@ TEST(CudaBackward, PairedKeyTilesEveryMask) {
 // launch starts at the first seen tile), GQA, Nq != Nk, head dims that round up.
 TEST(CudaBackward, Sm90KernelVariantsEveryMask) {
   FLASHPP_SKIP_WITHOUT_GPU();
-  struct P {
-    AttentionShape shape;
-    bool causal;
-    Alignment align;
-    std::int64_t left, right;
-  };
-  const P cases[] = {{{2, 300, 333, 4, 2, 64}, false, Alignment::top_left, -1, -1},
-                     {{1, 200, 300, 2, 1, 64}, true, Alignment::bottom_right, -1, -1},
-                     {{1, 512, 200, 2, 2, 56}, true, Alignment::top_left, -1, -1},
-                     {{2, 700, 900, 4, 1, 64}, false, Alignment::bottom_right, 150, 20},
-                     {{1, 1000, 1000, 2, 2, 40}, true, Alignment::top_left, -1, -1},
-                     {{1, 64, 1000, 2, 2, 64}, true, Alignment::top_left, -1, -1},
-                     {{1, 100, 700, 4, 2, 64}, true, Alignment::bottom_right, 64, -1},
-                     {{1, 100, 700, 4, 2, 96}, true, Alignment::bottom_right, 64, -1},
-                     {{2, 333, 300, 8, 2, 128}, true, Alignment::top_left, -1, -1},
-                     {{1, 400, 500, 4, 1, 120}, false, Alignment::top_left, 100, 30},
-                     // 80-96 key tiles: under a mask on a GPU of 100-160 SMs, two pieces each
-                     {{1, 256, 256, 40, 40, 128}, true, Alignment::top_left, -1, -1},
-                     {{1, 300, 300, 32, 32, 96}, true, Alignment::bottom_right, 100, -1},
-                     {{1, 380, 380, 40, 40, 64}, true, Alignment::bottom_right, -1, -1}};
+  const MaskedShape cases[] = {{{2, 300, 333, 4, 2, 64}, false, Alignment::top_left, -1, -1},
+                               {{1, 200, 300, 2, 1, 64}, true, Alignment::bottom_right, -1, -1},
+                               {{1, 512, 200, 2, 2, 56}, true, Alignment::top_left, -1, -1},
+                               {{2, 700, 900, 4, 1, 64}, false, Alignment::bottom_right, 150, 20},
+                               {{1, 1000, 1000, 2, 2, 40}, true, Alignment::top_left, -1, -1},
+                               {{1, 64, 1000, 2, 2, 64}, true, Alignment::top_left, -1, -1},
+                               {{1, 100, 700, 4, 2, 64}, true, Alignment::bottom_right, 64, -1},
+                               {{1, 100, 700, 4, 2, 96}, true, Alignment::bottom_right, 64, -1},
+                               {{2, 333, 300, 8, 2, 128}, true, Alignment::top_left, -1, -1},
+                               {{1, 400, 500, 4, 1, 120}, false, Alignment::top_left, 100, 30},
+                               // 80-96 key tiles: under a mask on a GPU of 100-160 SMs, two
+                               // pieces each
+                               {{1, 256, 256, 40, 40, 128}, true, Alignment::top_left, -1, -1},
+                               {{1, 300, 300, 32, 32, 96}, true, Alignment::bottom_right, 100, -1},
+                               {{1, 380, 380, 40, 40, 64}, true, Alignment::bottom_right, -1, -1}};
   struct Pass {
     const char* split;
     const char* narrow;
@@ -573,16 +578,9 @@ TEST(CudaBackward, Sm90KernelVariantsEveryMask) {
     std::optional<gpu_test::ScopedEnv> split, narrow;
     if (pass.split != nullptr) split.emplace("FLASHPP_SM90_BWD_SPLIT", pass.split);
     if (pass.narrow != nullptr) narrow.emplace("FLASHPP_SM90_BWD_NARROW", pass.narrow);
-    for (const P& p : cases) {
-      if (pass.narrow != nullptr && pass.split == nullptr && p.shape.D > 64) continue;
-      AttentionCase c = make_case(p.shape, seed % 2 ? DType::f16 : DType::bf16,
-                                  seed % 2 ? Layout::bnhd : Layout::bhnd, ++seed);
-      c.options.causal = p.causal;
-      c.options.alignment = p.align;
-      c.options.window_left = p.left;
-      c.options.window_right = p.right;
-      check_case(c);
-      if (::testing::Test::HasFailure()) return;
+    for (const MaskedShape& m : cases) {
+      if (pass.narrow != nullptr && pass.split == nullptr && m.shape.D > 64) continue;
+      if (!check_masked_shape(m, seed)) return;
     }
   }
 }
