@@ -237,8 +237,8 @@ struct Sm90BackwardTraits {
   static constexpr bool kPipeline =
       kOverlap && (FLASHPP_SM90_BWD_PIPELINE < 0 ? kHeadDim >= 128 : FLASHPP_SM90_BWD_PIPELINE != 0);
   static constexpr bool kDqBulk = FLASHPP_SM90_BWD_DQ_BULK != 0 && !kDeterministic;
-  // The block's dQ^T by one consumer in turn (FLASHPP_SM90_BWD_DQ_T): three consumers at D=64,
-  // bulk adds or the deterministic mode's writers.
+  // The block's dQ^T by one consumer in turn (FLASHPP_SM90_BWD_DQ_T): three consumers at D=64
+  // (two in the narrow kernel), bulk adds or the deterministic mode's writers.
   static constexpr bool kDqTransposed = FLASHPP_SM90_BWD_DQ_T != 0 && (kConsumers == 3 || kNarrow) &&
                                         kHeadDim == 64 && !kBlockDq &&
                                         (FLASHPP_SM90_BWD_DQ_BULK != 0 || kDeterministic);
@@ -383,8 +383,8 @@ struct BackwardTile {
   int step0 = 0;                              // kTailSplit: the piece's first step of the unit
 };
 
-// Whether a kernel of Traits runs a split last wave (common/tail_split.hpp; launch.cuh plans it
-// for unmasked calls and then takes the kSplit kernel): not the pairs (a cluster's blocks walk the
+// Whether a kernel of Traits runs split units (common/tail_split.hpp; launch.cuh plans a small
+// last wave's split, or a small masked grid's, and then takes the kSplit kernel): not the pairs (a cluster's blocks walk the
 // same steps), not the deterministic mode (its dK, dV sums would depend on the order of the
 // atomics), not dropout (not measured) and not wide_kernel.cuh's (its own epilogue).
 template <typename Traits>

@@ -171,30 +171,43 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
 #define FLASHPP_SM90_BWD_MASKED_SPLIT_WAVES 2
 #endif
 inline constexpr std::int64_t kMaskedSplitWaves = FLASHPP_SM90_BWD_MASKED_SPLIT_WAVES;
+
+// The grid of a call of Traits as launch_main launches it (the key tiles some query sees, all of
+// them without a mask, x batch * kv heads: `units` blocks) and the blocks the GPU holds at once
+// (`slots`), found once per call for the split plan and the choice of the 128-key kernel.
+struct BackwardGrid {
+  std::int64_t units = 0, slots = 0;
+};
 template <typename Traits>
-TailSplit plan_backward_split(const BackwardParams& params) {
+BackwardGrid backward_grid(const BackwardParams& params) {
+  if (params.q_len == 0 || params.k_len == 0) return {};
+  const KeyTileRange span =
+      key_tile_range(params.mask, params.k_len, 0, params.q_len, Traits::kBlockN);
+  if (span.empty()) return {};
+  auto kernel = flash_bwd_sm90_kernel<Traits>;
+  check_cuda(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
+      "cudaFuncSetAttribute (sm90 backward shared memory)");
+  return {(span.end - span.begin) * params.batch * params.kv_heads,
+          cached_resident_blocks(kernel, Traits::kThreads, Traits::kSmemBytes)};
+}
+
+template <typename Traits>
+TailSplit plan_backward_split(const BackwardParams& params, const BackwardGrid& grid) {
   const TailSplit none{};
   if constexpr (kTailSplit<Traits>) {
     static_assert(Traits::kBlockN <= split_unit_rows(Traits::kHeadDim),
                   "a split unit's sums hold the kernel's key tile");
-    if (params.split_partials == nullptr || params.q_len == 0 || params.k_len == 0 ||
+    if (grid.units == 0 || params.split_partials == nullptr ||
         env_switch("FLASHPP_SM90_BWD_SPLIT") == 0) {
       return none;
     }
-    auto kernel = flash_bwd_sm90_kernel<Traits>;
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
-               "cudaFuncSetAttribute (sm90 backward shared memory)");
-    const std::int64_t slots = cached_resident_blocks(kernel, Traits::kThreads, Traits::kSmemBytes);
-    // The key tiles that launch_main launches: those some query sees (all without a mask).
-    const KeyTileRange span =
-        key_tile_range(params.mask, params.k_len, 0, params.q_len, Traits::kBlockN);
-    const std::int64_t units = (span.end - span.begin) * params.batch * params.kv_heads;
-    if (span.empty()) return none;
     const std::int64_t steps =
         (params.q_len + Traits::kBlockM - 1) / Traits::kBlockM * params.heads_per_kv;
     const TailSplit plan =
-        params.mask.active() ? plan_masked_split(units, steps, slots, kMaskedSplitWaves, true)
-                             : plan_tail_split(units, steps, slots, true);
+        params.mask.active()
+            ? plan_masked_split(grid.units, steps, grid.slots, kMaskedSplitWaves, true)
+            : plan_tail_split(grid.units, steps, grid.slots, true);
     if (plan.split_units > params.split_capacity || plan.blocks() > 2147483647) return none;
     return plan;
   }
@@ -208,8 +221,8 @@ TailSplit plan_backward_split(const BackwardParams& params) {
 // union of their query tiles, so the upper one computes two steps that see none of its keys).
 // Not where the whole grid is split (plan_backward_split: at most half a wave of key tiles, e.g.
 // MQA B=1 H=16 N=4096, 32 key tiles: paired, 32 blocks on 132 SMs ran at 0.30 of cuDNN, split
-// 3.4x faster, and B=1 H=32:8 N=1024 +38%; session 34 runs 3-4). FLASHPP_SM90_BWD_PAIRS=0 / =1 (read at every call) turns them off / on for every such
-// call.
+// 3.4x faster, and B=1 H=32:8 N=1024 +38%; session 34 runs 3-4). FLASHPP_SM90_BWD_PAIRS=0 / =1
+// (read at every call) turns them off / on for every such call.
 inline constexpr std::int64_t kPairMinSteps = 64;
 inline bool pairs_wanted(const BackwardParams& p, bool whole_grid_split) {
   const int forced = env_switch("FLASHPP_SM90_BWD_PAIRS");
@@ -220,33 +233,27 @@ inline bool pairs_wanted(const BackwardParams& p, bool whole_grid_split) {
 
 // 128-key blocks at D=64 (kNarrow: two consumer warpgroups) instead of 192-key ones (three) where
 // the 192-key grid leaves SMs idle: at most one wave of blocks under a mask, at most 1.5 waves
-// without one, unless the whole 192-key grid is split (`split`, planned by plan_backward_split)
-// and has at most half the slots of key tiles, which its pieces fill better still
-// (the narrow kernel does not split). The narrow kernel does 0.83 of the wide one's work a second
-// on a full machine (B=2 H=32 N=16384), but in small grids it has 1.5x the blocks to fill the SMs
-// with. Session 34 runs 1-4 (H200 runs 1-2, H100 runs 3-4; bf16, interleaved GPU time, narrow
-// against wide): B=1 H=16 N=1024 +25% (causal +16%, and +14% against the masked grid's two
-// pieces a tile), B=1 H=16 N=2048 +14% (+5%), B=2 H=16 N=1024 and B=1 H=32 N=1024 +11% (causal
-// -2..-3%: more than a wave there), GQA B=4 H=32:8 N=1024 +8%, B=1 H=16 N=4096 -1% (-7%), B=4
-// H=32 N=1024 -1% (-7%); B=1 H=16:4 N=2048 (44 blocks, one wave of pieces) -39% (causal -49%).
-// Plain kernels only (not dropout or the deterministic mode: not measured).
-// FLASHPP_SM90_BWD_NARROW=0 / =1 (read at every call) turns it off / on for every such call.
-template <typename WideTraits>
-bool narrow_wanted(const BackwardParams& p, const TailSplit& split) {
+// without one (`grid`: the 192-key grid, backward_grid; the two kernels take one block an SM),
+// unless the whole 192-key grid is split (`split`, plan_backward_split) and has at most half the
+// slots of key tiles, which its pieces fill better still (the narrow kernel does not split). The
+// narrow kernel does 0.83 of the wide one's work a second on a full machine (B=2 H=32 N=16384),
+// but in small grids it has 1.5x the blocks to fill the SMs with. Session 34 runs 1-4 (H200 runs
+// 1-2, H100 runs 3-4; bf16, interleaved GPU time, narrow against wide): B=1 H=16 N=1024 +25%
+// (causal +16%, and +14% against the masked grid's two pieces a tile), B=1 H=16 N=2048 +14%
+// (causal +5% forced, 176 blocks), B=2 H=16 N=1024 and B=1 H=32 N=1024 +11% (causal -2..-3%:
+// more than a wave there), GQA B=4 H=32:8 N=1024 +8%, B=1 H=16 N=4096 -1% (-7%), B=4 H=32 N=1024
+// -1% (-7%); B=1 H=16:4 N=2048 (44 blocks, one wave of pieces) -39% (causal -49%). Plain kernels
+// only (not dropout or the deterministic mode: not measured). FLASHPP_SM90_BWD_NARROW=0 / =1
+// (read at every call) turns it off / on for every such call.
+inline bool narrow_wanted(const BackwardParams& p, const BackwardGrid& grid,
+                          const TailSplit& split) {
   const int forced = env_switch("FLASHPP_SM90_BWD_NARROW");
   if (forced >= 0) return forced == 1;
-  if (p.q_len == 0 || p.k_len == 0) return false;
-  const KeyTileRange span = key_tile_range(p.mask, p.k_len, 0, p.q_len, WideTraits::kBlockN);
-  if (span.empty()) return false;
-  const std::int64_t blocks = (span.end - span.begin) * p.batch * p.kv_heads;
-  auto kernel = flash_bwd_sm90_kernel<WideTraits>;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  WideTraits::kSmemBytes),
-             "cudaFuncSetAttribute (sm90 backward shared memory)");
-  const std::int64_t slots =
-      cached_resident_blocks(kernel, WideTraits::kThreads, WideTraits::kSmemBytes);
-  if (split.split_units > 0 && split.whole_units == 0 && 2 * split.split_units <= slots) return false;
-  return p.mask.active() ? blocks <= slots : 2 * blocks <= 3 * slots;
+  if (grid.units == 0) return false;
+  if (split.split_units > 0 && split.whole_units == 0 && 2 * split.split_units <= grid.slots) {
+    return false;
+  }
+  return p.mask.active() ? grid.units <= grid.slots : 2 * grid.units <= 3 * grid.slots;
 }
 
 // A traits type passed as a value (the CUDA sources build as C++17: no std::type_identity).
@@ -315,7 +322,8 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
     // The split kernel where a split is planned; before it the pairs (long unmasked calls at
     // D=128) and the 128-key blocks (small grids at D=64), unless the whole grid is split.
     using SplitTraits = Sm90BackwardTraits<Element, kHeadDim, false, false, false, true>;
-    const TailSplit split = plan_backward_split<SplitTraits>(params);
+    const BackwardGrid grid = backward_grid<SplitTraits>(params);
+    const TailSplit split = plan_backward_split<SplitTraits>(params, grid);
     const bool whole_grid_split = split.split_units > 0 && split.whole_units == 0;
     if constexpr (kHeadDim == 128) {
       if (pairs_wanted(params, whole_grid_split)) {
@@ -324,7 +332,7 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
       }
     }
     if constexpr (kHeadDim == 64) {
-      if (narrow_wanted<BackwardTraitsFor<Element, kHeadDim>>(params, split)) {
+      if (narrow_wanted(params, grid, split)) {
         run(TraitsTag<Sm90BackwardTraits<Element, kHeadDim, false, false, false, false, true>>{});
         return;
       }
