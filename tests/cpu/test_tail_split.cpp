@@ -14,8 +14,12 @@ using flashpp::cuda::kMaxSplitUnits;
 using flashpp::cuda::main_key_rows;
 using flashpp::cuda::split_unit_floats;
 using flashpp::cuda::split_unit_rows;
+using flashpp::cuda::pair_block_split_index;
+using flashpp::cuda::pair_plan;
 using flashpp::cuda::piece_steps;
+using flashpp::cuda::plan_grid_split;
 using flashpp::cuda::plan_masked_split;
+using flashpp::cuda::plan_pair_tail_split;
 using flashpp::cuda::plan_tail_split;
 using flashpp::cuda::StepRange;
 using flashpp::cuda::TailSplit;
@@ -103,6 +107,93 @@ TEST(TailSplit, MaskedGridsSplitWhole) {
         for (std::int64_t s = r.begin; s < r.end; ++s) ++walked[s];
       }
       for (std::int64_t s = 0; s < own; ++s) ASSERT_EQ(walked[s], 1) << units << " " << own;
+    }
+  }
+}
+
+// Unmasked grids of at most a wave (sm90 backward): the piece count whose waves end first, the
+// smallest of equals; with one wave allowed, plan_tail_split's plan for such grids.
+TEST(TailSplit, UnmaskedGridsSplitWhole) {
+  EXPECT_EQ(plan_grid_split(48, 64, 132, 2, true).pieces, 5);   // B=1 H=32:8 N=1024 D=64
+  EXPECT_EQ(plan_grid_split(48, 64, 132, 2, true).whole_units, 0);
+  EXPECT_EQ(plan_grid_split(32, 64, 132, 2, true).pieces, 4);   // 8 ties with 4: the fewer
+  EXPECT_EQ(plan_grid_split(88, 64, 132, 2, true).pieces, 3);   // 2 waves of 1/3
+  EXPECT_EQ(plan_grid_split(89, 64, 132, 2, true).split_units, 0);  // 3 waves of 1/3: no gain
+  EXPECT_EQ(plan_grid_split(80, 64, 132, 2, true).pieces, 3);   // 2 waves of 1/3
+  EXPECT_EQ(plan_grid_split(128, 64, 132, 2, true).split_units, 0);  // nothing to gain
+  EXPECT_EQ(plan_grid_split(110, 64, 132, 2, true).split_units, 0);  // 5/6: below 1/5 gained
+  EXPECT_EQ(plan_grid_split(48, 3, 132, 2, true).pieces, 2);    // capped by the steps
+  // Pieces past one wave walk at least kMinWavePieceSteps steps: 59 steps allow 4 (2 waves of
+  // 1/4, no better than one wave of halves), 14 steps none (session 35 run 2: 84 units of 14
+  // steps at D=128 ran 22% slower in three pieces than whole).
+  EXPECT_EQ(plan_grid_split(48, 59, 132, 2, true).pieces, 2);
+  EXPECT_EQ(plan_grid_split(84, 14, 132, 2, true).split_units, 0);
+  EXPECT_EQ(plan_grid_split(80, 80, 132, 2, true).pieces, 3);   // B=2 H=16:4 N=1280 D=128
+  EXPECT_EQ(plan_grid_split(80, 35, 132, 2, true).split_units, 0);
+  EXPECT_EQ(plan_grid_split(48, 1, 132, 2, true).split_units, 0);
+  EXPECT_EQ(plan_grid_split(133, 64, 132, 2, true).split_units, 0);  // more than a wave
+  EXPECT_EQ(plan_grid_split(48, 64, 132, 2, false).split_units, 0);
+  for (std::int64_t units = 1; units <= 132; ++units) {
+    for (std::int64_t steps : {2, 5, 64}) {
+      const TailSplit one = plan_grid_split(units, steps, 132, 1, true);
+      const TailSplit tail = plan_tail_split(units, steps, 132, true);
+      ASSERT_EQ(one.pieces, tail.pieces) << units << " " << steps;
+      ASSERT_EQ(one.split_units, tail.split_units) << units << " " << steps;
+      const TailSplit two = plan_grid_split(units, steps, 132, 2, true);
+      // Never later than the one-wave plan: waves of pieces times a piece's share.
+      const std::int64_t w1 = (units * one.pieces + 131) / 132, w2 = (units * two.pieces + 131) / 132;
+      ASSERT_LE(w2 * one.pieces, w1 * two.pieces) << units << " " << steps;
+    }
+  }
+}
+
+// The pairs' split (sm90 backward, D=128): planned in pairs, counted in key tiles. Every step of
+// every key tile is walked by exactly one block of the launch (block 2c + r: tile r of cluster
+// c's pair), both blocks of a cluster walk the same step range, and a split tile's sums index
+// (pair_block_split_index) is the one the postprocess reads for that tile (whole_units + index).
+TEST(TailSplit, PairedLastWaveSplitByPairs) {
+  const TailSplit n4096 = plan_pair_tail_split(2048, 32, 64, 66, true);  // B=4 H=32 N=4096
+  EXPECT_EQ(n4096.whole_units, 4092);
+  EXPECT_EQ(n4096.split_units, 4);
+  EXPECT_EQ(n4096.pieces, 33);
+  const TailSplit n16384 = plan_pair_tail_split(4096, 128, 256, 66, true);  // B=2 N=16384
+  EXPECT_EQ(n16384.whole_units, 8184);
+  EXPECT_EQ(n16384.split_units, 8);
+  EXPECT_EQ(n16384.pieces, 16);
+  EXPECT_EQ(plan_pair_tail_split(2048, 31, 64, 66, true).split_units, 0);  // a pair per head odd
+  EXPECT_EQ(plan_pair_tail_split(2048, 32, 64, 66, false).split_units, 0);
+  EXPECT_EQ(plan_pair_tail_split(66 * 31, 32, 64, 66, true).split_units, 0);  // whole waves
+  EXPECT_EQ(plan_pair_tail_split(50 + 66, 2, 64, 66, true).split_units, 0);   // 50 > half
+  for (std::int64_t pair_units : {1, 3, 12, 33, 68, 70, 2048}) {
+    for (std::int64_t steps : {2, 3, 64}) {
+      for (std::int64_t pair_slots : {2, 60, 66}) {
+        const TailSplit plan = plan_pair_tail_split(pair_units, 8, steps, pair_slots, true);
+        const std::int64_t tiles = 2 * pair_units;
+        ASSERT_EQ(plan.whole_units + plan.split_units, tiles);
+        ASSERT_EQ(plan.whole_units % 2, 0);
+        const TailSplit pairs = pair_plan(plan);
+        ASSERT_EQ(2 * pairs.blocks(), plan.blocks());
+        std::vector<std::vector<int>> walked(tiles, std::vector<int>(steps, 0));
+        for (std::int64_t block = 0; block < plan.blocks(); ++block) {
+          const UnitPiece piece = unit_piece(pairs, block / 2);
+          const std::int64_t tile = 2 * piece.unit + block % 2;
+          const int index = pair_block_split_index(plan, static_cast<unsigned>(block));
+          if (piece.split_index < 0) {
+            ASSERT_EQ(index, -1);
+          } else {
+            ASSERT_EQ(index, 2 * piece.split_index + block % 2);
+            ASSERT_EQ(plan.whole_units + index, tile);
+            ASSERT_LT(index, plan.split_units);
+          }
+          const StepRange r = piece_steps(pairs, piece, steps);
+          for (std::int64_t s = r.begin; s < r.end; ++s) ++walked[tile][s];
+        }
+        for (std::int64_t t = 0; t < tiles; ++t) {
+          for (std::int64_t s = 0; s < steps; ++s) {
+            ASSERT_EQ(walked[t][s], 1) << pair_units << " " << steps << " " << pair_slots;
+          }
+        }
+      }
     }
   }
 }

@@ -541,6 +541,24 @@ TEST(CudaBackward, PairedKeyTilesEveryMask) {
   }
 }
 
+// The pairs' small last wave split (unmasked calls, an even count of key tiles a head): 68 pairs
+// of key tiles on a GPU of 60-66 clusters of two (132-SM parts: 66) leave a last wave of 2-8 pairs,
+// cut into pieces over their steps (the pieces' dK, dV summed by the postprocess); grids of at
+// most half a wave of pairs split whole; Nk cut inside the last tile, GQA, head dims that round
+// up. The pairs are forced on (by default they start at 64 steps a block).
+TEST(CudaBackward, PairedKeyTilesSplitLastWave) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  gpu_test::ScopedEnv pairs("FLASHPP_SM90_BWD_PAIRS", "1");
+  const std::int64_t keys = 256 * 68 - 37;
+  const MaskedShape cases[] = {{{1, 100, keys, 2, 1, 128}, false, Alignment::top_left, -1, -1},
+                               {{2, 300, 700, 4, 2, 120}, false, Alignment::top_left, -1, -1},
+                               {{1, 333, 1000, 8, 2, 128}, false, Alignment::top_left, -1, -1}};
+  std::uint64_t seed = 840;
+  for (const MaskedShape& m : cases) {
+    if (!check_masked_shape(m, seed)) return;
+  }
+}
+
 // The sm90 backward's kernels for one call, each in turn: the default choice (these grids are
 // small: up to half a wave of key tiles they run split whole, the pieces' dK, dV summed by the
 // postprocess; masked ones up to a wave too, in two pieces a tile, but at D=64, where such grids
@@ -565,7 +583,11 @@ TEST(CudaBackward, Sm90KernelVariantsEveryMask) {
                                // pieces each
                                {{1, 256, 256, 40, 40, 128}, true, Alignment::top_left, -1, -1},
                                {{1, 300, 300, 32, 32, 96}, true, Alignment::bottom_right, 100, -1},
-                               {{1, 380, 380, 40, 40, 64}, true, Alignment::bottom_right, -1, -1}};
+                               {{1, 380, 380, 40, 40, 64}, true, Alignment::bottom_right, -1, -1},
+                               // unmasked, 80 and 48 key tiles of few steps: whole tiles
+                               // (pieces too short to pay) and one wave of halves
+                               {{1, 200, 256, 40, 40, 128}, false, Alignment::top_left, -1, -1},
+                               {{1, 300, 384, 24, 24, 64}, false, Alignment::top_left, -1, -1}};
   struct Pass {
     const char* split;
     const char* narrow;

@@ -319,8 +319,8 @@ struct Sm90BackwardTraits {
                 "2 consumers, or 3 with their own dQ");
   static_assert(!kNarrow || (kHeadDim == 64 && !kPaired && !kSplit),
                 "the narrow kernel: D=64, whole key tiles");
-  static_assert(!kSplit || (!kPaired && !kDeterministic && !kDropout),
-                "the split kernel: unpaired, not deterministic, without dropout");
+  static_assert(!kSplit || (!kDeterministic && !kDropout),
+                "the split kernel: not deterministic, without dropout");
   static_assert(!kPaired || (kHeadDim == 128 && kBlockDq && kDqBulk && kPipeline && !kDropout &&
                              kDqStageWarpBytes * 4 == kDsBufferBytes),
                 "pairs: D=128, the block's dQ, bulk adds, the pipeline; a dQ^T tile fits a dS^T copy");
@@ -384,9 +384,10 @@ struct BackwardTile {
 };
 
 // Whether a kernel of Traits runs split units (common/tail_split.hpp; launch.cuh plans a small
-// last wave's split, or a small masked grid's, and then takes the kSplit kernel): not the pairs (a cluster's blocks walk the
-// same steps), not the deterministic mode (its dK, dV sums would depend on the order of the
-// atomics), not dropout (not measured) and not wide_kernel.cuh's (its own epilogue).
+// last wave's split, or a small masked grid's, and then takes the kSplit kernel; the pairs' own
+// kSplit kernel splits pairs, a cluster's two blocks walking the same step range): not the
+// deterministic mode (its dK, dV sums would depend on the order of the atomics), not dropout
+// (not measured) and not wide_kernel.cuh's (its own epilogue).
 template <typename Traits>
 inline constexpr bool kTailSplit = !Traits::kWide && Traits::kSplit;
 
@@ -396,13 +397,15 @@ __device__ __forceinline__ BackwardTile backward_tile(const BackwardParams& p) {
   std::int64_t n_blocks = Traits::kPaired ? gridDim.x / 2 : gridDim.x;
   const std::int64_t x = Traits::kPaired ? blockIdx.x / 2 : blockIdx.x;
   std::int64_t linear = static_cast<std::int64_t>(blockIdx.y) * n_blocks + x, heads = gridDim.y;
-  // A split last wave: a one-dimensional launch of p.split's blocks (whole units, then the pieces).
+  // A split last wave: a one-dimensional launch of p.split's blocks (whole units, then the
+  // pieces); kPaired: of its pairs' clusters (p.split counts key tiles, pair_plan pairs).
   UnitPiece piece{0, -1, 0};
   if constexpr (kTailSplit<Traits>) {
     if (p.split.split_units > 0) {
-      piece = unit_piece(p.split, blockIdx.x);
+      const TailSplit plan = Traits::kPaired ? pair_plan(p.split) : p.split;
+      piece = unit_piece(plan, x);
       heads = p.batch * p.kv_heads;
-      n_blocks = (p.split.whole_units + p.split.split_units) / heads;  // the launched key tiles
+      n_blocks = (plan.whole_units + plan.split_units) / heads;  // the launched key tiles (pairs)
       linear = piece.unit;
     }
   }
@@ -919,7 +922,9 @@ __device__ __forceinline__ auto& own_or(Own& own, Shared& shared) {
 // spill around it).
 template <typename Traits>
 __device__ __forceinline__ int split_piece_index(const BackwardParams& p) {
-  if constexpr (kTailSplit<Traits>) {
+  if constexpr (kTailSplit<Traits> && Traits::kPaired) {
+    return pair_block_split_index(p.split, blockIdx.x);
+  } else if constexpr (kTailSplit<Traits>) {
     const auto whole = static_cast<unsigned>(p.split.whole_units);
     if (p.split.split_units > 0 && blockIdx.x >= whole) {
       return static_cast<int>((blockIdx.x - whole) / static_cast<unsigned>(p.split.pieces));

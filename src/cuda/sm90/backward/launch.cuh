@@ -121,11 +121,14 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
   if constexpr (Traits::kPaired) {
     // Clusters of two neighbouring key tiles; an odd count gets a pad tile past the launch's last
     // one (its keys masked: past Nk or seen by no query, so it adds zeros and stores nothing or
-    // the zeros launch_zero_key_rows also wrote).
+    // the zeros launch_zero_key_rows also wrote). A split last wave (the kSplit pairs, an even
+    // count): one dimension, the whole pairs' clusters and then the pieces' (pair_plan).
     const std::int64_t pairs = (n_blocks + 1) / 2;
     p.args.heads_per_group = ordered ? heads_per_group(true, pairs, kv_heads, slots / 2) : 1;
     cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(2 * pairs), static_cast<unsigned>(kv_heads));
+    config.gridDim = p.args.split.split_units > 0
+                         ? dim3(static_cast<unsigned>(p.args.split.blocks()))
+                         : dim3(static_cast<unsigned>(2 * pairs), static_cast<unsigned>(kv_heads));
     config.blockDim = dim3(Traits::kThreads);
     config.dynamicSmemBytes = kSmem;
     config.stream = stream;
@@ -153,8 +156,9 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
 // The split of a small last wave (common/tail_split.hpp) for a call of Traits: a kernel that
 // splits (kTailSplit: the kSplit instantiation, which run_backward_for takes where this plans a
 // split for it), the workspace's split area present and large enough; none for other kernels.
-// Without a mask every key tile walks the same steps, and a last wave of at most half the slots is
-// split. Under one the key tiles' step counts differ (the longest-first order of block_order.cuh
+// Without a mask every key tile walks the same steps: a last wave of at most half the slots is
+// split, and a grid of at most one wave is split whole where its pieces fill the slots better
+// (plan_grid_split). Under one the key tiles' step counts differ (the longest-first order of block_order.cuh
 // balances larger grids), and only a grid of at most one wave is split, all of it, each unit cut
 // into equal runs of its own steps: into as many pieces as make about kMaskedSplitWaves waves
 // (at least two), launched longest unit first (GQA and MQA with few kv heads, short sequences;
@@ -171,6 +175,12 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
 #define FLASHPP_SM90_BWD_MASKED_SPLIT_WAVES 2
 #endif
 inline constexpr std::int64_t kMaskedSplitWaves = FLASHPP_SM90_BWD_MASKED_SPLIT_WAVES;
+// An unmasked grid of at most a wave is split whole into the pieces that end soonest in up to
+// kUnmaskedSplitWaves waves (common/tail_split.hpp plan_grid_split; 1: session 34's single wave).
+#ifndef FLASHPP_SM90_BWD_UNMASKED_SPLIT_WAVES
+#define FLASHPP_SM90_BWD_UNMASKED_SPLIT_WAVES 2
+#endif
+inline constexpr std::int64_t kUnmaskedSplitWaves = FLASHPP_SM90_BWD_UNMASKED_SPLIT_WAVES;
 
 // The grid of a call of Traits as launch_main launches it (the key tiles some query sees, all of
 // them without a mask, x batch * kv heads: `units` blocks) and the blocks the GPU holds at once
@@ -207,11 +217,44 @@ TailSplit plan_backward_split(const BackwardParams& params, const BackwardGrid& 
     const TailSplit plan =
         params.mask.active()
             ? plan_masked_split(grid.units, steps, grid.slots, kMaskedSplitWaves, true)
+        : grid.units <= grid.slots
+            ? plan_grid_split(grid.units, steps, grid.slots, kUnmaskedSplitWaves, true)
             : plan_tail_split(grid.units, steps, grid.slots, true);
     if (plan.split_units > params.split_capacity || plan.blocks() > 2147483647) return none;
     return plan;
   }
   return none;
+}
+
+// The split of the pairs' small last wave (unmasked calls; common/tail_split.hpp
+// plan_pair_tail_split, for the kSplit pairs kernel PairSplitTraits): B=4 H=32 N=4096 D=128 is
+// 2048 pairs on 66 clusters of two (H100: 132 SMs), a last wave of 2 pairs during which 64
+// clusters idle for a whole pair's time (~3% of the kernel), N=16384 B=2 4 pairs (~1.5%).
+// FLASHPP_SM90_BWD_SPLIT=0 turns it off as it does the other splits.
+template <typename PairSplitTraits>
+TailSplit plan_pair_split(const BackwardParams& params) {
+  static_assert(PairSplitTraits::kPaired && kTailSplit<PairSplitTraits>, "the pairs' split kernel");
+  const TailSplit none{};
+  if (params.mask.active() || params.q_len == 0 || params.k_len == 0 ||
+      params.split_partials == nullptr || env_switch("FLASHPP_SM90_BWD_SPLIT") == 0) {
+    return none;
+  }
+  const std::int64_t tiles =
+      (params.k_len + PairSplitTraits::kBlockN - 1) / PairSplitTraits::kBlockN;
+  const std::int64_t heads = params.batch * params.kv_heads;
+  auto kernel = flash_bwd_sm90_kernel<PairSplitTraits>;
+  constexpr int kSmem = PairSplitTraits::kSmemBytes;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+             "cudaFuncSetAttribute (sm90 backward shared memory)");
+  const std::int64_t pair_slots = cached_resident(kernel, PairSplitTraits::kThreads, kSmem, 2);
+  const std::int64_t steps =
+      (params.q_len + PairSplitTraits::kBlockM - 1) / PairSplitTraits::kBlockM * params.heads_per_kv;
+  const TailSplit plan = plan_pair_tail_split(tiles / 2 * heads, tiles, steps, pair_slots, true);
+  if (plan.split_units == 0 || plan.split_units > params.split_capacity ||
+      plan.blocks() > 2147483647) {
+    return none;
+  }
+  return plan;
 }
 
 // Paired key tiles at D=128 without dropout or the deterministic mode (kernel.cuh kPaired), by
@@ -327,7 +370,13 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
     const bool whole_grid_split = split.split_units > 0 && split.whole_units == 0;
     if constexpr (kHeadDim == 128) {
       if (pairs_wanted(params, whole_grid_split)) {
-        run(TraitsTag<Sm90BackwardTraits<Element, kHeadDim, false, false, true>>{});
+        using PairSplitTraits = Sm90BackwardTraits<Element, kHeadDim, false, false, true, true>;
+        const TailSplit pair_split = plan_pair_split<PairSplitTraits>(params);
+        if (pair_split.split_units > 0) {
+          run(TraitsTag<PairSplitTraits>{}, pair_split);
+        } else {
+          run(TraitsTag<Sm90BackwardTraits<Element, kHeadDim, false, false, true>>{});
+        }
         return;
       }
     }
