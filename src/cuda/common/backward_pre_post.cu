@@ -16,6 +16,7 @@
 #include "backward_pre_post.cuh"
 #include "split_unit.cuh"
 #include "poison.cuh"
+#include "../ptx/griddepcontrol.cuh"
 
 namespace flashpp::cuda {
 namespace {
@@ -53,6 +54,9 @@ static_assert(kRowPadding % kRowsPerPrepBlock == 0, "a block's rows belong to on
 // true head dim may be smaller, the loads past it are skipped).
 template <typename Element, int kLoads>
 __global__ void __launch_bounds__(kPrepThreads) bwd_preprocess_kernel(const BackwardParams p) {
+  // The sm90 main kernel, launched dependent on this one, may start once every block of this
+  // grid has (it waits for the grid to finish before it reads lse, delta or the accumulator).
+  allow_dependent_launch();
   // 32-bit block arithmetic: the grid has fewer than 2^31 blocks (backward_unsupported_reason).
   const auto blocks_per_head = static_cast<std::uint32_t>(p.rows_padded / kRowsPerPrepBlock);
   const std::uint32_t bh = blockIdx.x / blocks_per_head;
@@ -137,6 +141,9 @@ template <typename Element>
 __global__ void __launch_bounds__(kPostThreads) bwd_postprocess_kernel(const BackwardParams p) {
   extern __shared__ float band[];  // [band_rows][post_pitch(accum_width)]
   poison_dynamic_smem(band);  // test builds only (poison.cuh)
+  // Launched dependent on the main kernel (the sm90 family's): its dQ and split sums are complete
+  // only after this wait (without the launch attribute it returns at once).
+  grid_dependency_wait();
   const int band_rows = post_band_rows(p.accum_width);
   const int pitch = post_pitch(p.accum_width);
   // 32-bit block arithmetic: the grid has fewer than 2^31 blocks (backward_unsupported_reason).
@@ -270,7 +277,7 @@ void launch_preprocess(const BackwardParams& p, cudaStream_t stream) {
 }
 
 template <typename Element>
-void launch_postprocess(const BackwardParams& p, cudaStream_t stream) {
+void launch_postprocess(const BackwardParams& p, cudaStream_t stream, bool dependent) {
   const std::int64_t chunks = p.batch * p.q_heads * p.q_len * (p.head_dim / 8);
   if (chunks == 0) return;
   const int band_rows = post_band_rows(p.accum_width);
@@ -280,14 +287,23 @@ void launch_postprocess(const BackwardParams& p, cudaStream_t stream) {
   const std::int64_t blocks = p.batch * p.q_heads * ((p.q_len + band_rows - 1) / band_rows) +
                               p.split.split_units * (p.split_unit_rows / 16);
   const std::size_t smem = sizeof(float) * band_rows * post_pitch(p.accum_width);  // <= 48 KB
-  bwd_postprocess_kernel<Element>
-      <<<static_cast<unsigned>(blocks), kPostThreads, smem, stream>>>(p);
-  check_launch("backward postprocess kernel launch");
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kPostThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = dependent ? 1 : 0;
+  check_cuda(cudaLaunchKernelEx(&config, bwd_postprocess_kernel<Element>, p),
+             "backward postprocess kernel launch");
 }
 
 template void launch_preprocess<__half>(const BackwardParams&, cudaStream_t);
 template void launch_preprocess<__nv_bfloat16>(const BackwardParams&, cudaStream_t);
-template void launch_postprocess<__half>(const BackwardParams&, cudaStream_t);
-template void launch_postprocess<__nv_bfloat16>(const BackwardParams&, cudaStream_t);
+template void launch_postprocess<__half>(const BackwardParams&, cudaStream_t, bool);
+template void launch_postprocess<__nv_bfloat16>(const BackwardParams&, cudaStream_t, bool);
 
 }  // namespace flashpp::cuda

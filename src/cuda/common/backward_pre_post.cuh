@@ -20,8 +20,11 @@ namespace flashpp::cuda {
 template <typename Element>
 void launch_preprocess(const BackwardParams& p, cudaStream_t stream);
 
+// dependent: launched with programmatic stream serialisation after the main kernel (the sm90
+// family's, which allows it; ptx/griddepcontrol.cuh), so that its launch overlaps that kernel's
+// end; the kernel waits for the main kernel's grid before it reads anything.
 template <typename Element>
-void launch_postprocess(const BackwardParams& p, cudaStream_t stream);
+void launch_postprocess(const BackwardParams& p, cudaStream_t stream, bool dependent = false);
 
 // dK = dV = 0 on the key rows [0, key_begin) and [key_end, Nk) of every (batch, kv head): keys that
 // no query sees, whose blocks the sm90 main kernel leaves out of its launch. Nothing when both

@@ -64,6 +64,7 @@
 #include "../../common/math.cuh"
 #include "../../common/swizzle.cuh"
 #include "../../ptx/cluster.cuh"
+#include "../../ptx/griddepcontrol.cuh"
 #include "../../ptx/tma.cuh"
 #include "../../ptx/mbarrier.cuh"
 #include "../../ptx/turnstile.cuh"
@@ -550,6 +551,9 @@ __device__ __forceinline__ void load_backward_tiles(const Sm90BackwardParams& pa
                 smem.kv_full());
   }
   FLASHPP_BWD_STAMP(kv_issued, clock64());
+  // The kernel may run beside the preprocess (launch.cuh, dependent launch): lse and delta are
+  // its output.
+  if constexpr (!Traits::kWide) grid_dependency_wait();
   for (int step = 0; step < tile.steps; ++step) {
     const int s = step % Traits::kStages;
     wait_step_empty(smem.step_empty(s), Traits::kStages, step);
@@ -1481,6 +1485,16 @@ __device__ __forceinline__ void backward_block(const Sm90BackwardParams& params,
     ptx::cluster_sync();
   } else {
     __syncthreads();
+  }
+  // Launched dependent on the preprocess (launch.cuh), the block starts while that kernel's last
+  // blocks run: nothing it writes (lse and delta in log2 units, the zeroed dQ accumulator and
+  // split sums) is read or added to before grid_dependency_wait; the producer's thread issues
+  // the K and V loads first (load_backward_tiles). The postprocess, launched dependent on this
+  // kernel, may be scheduled once every block of it has started (it waits for the whole grid).
+  // Not the wide kernel (D > 128): with the wait ptxas serialised its products at D=192 (C7511).
+  if constexpr (!Traits::kWide) {
+    allow_dependent_launch();
+    if (threadIdx.x != 0) grid_dependency_wait();
   }
   const int warpgroup = ptx::warpgroup_index();
   if (warpgroup == 0) {

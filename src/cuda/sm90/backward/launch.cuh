@@ -82,8 +82,10 @@ Sm90BackwardParams with_tensor_maps(const BackwardParams& params,
 
 // The main kernel of Traits over the key tiles some query sees x batch * kv heads; dK = dV = 0
 // written on the other keys.
+// dependent: launched with programmatic stream serialisation (ptx/griddepcontrol.cuh) after the
+// preprocess or launch_zero_key_rows, whose last blocks it may run beside (backward_block).
 template <typename Traits>
-void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
+void launch_main(Sm90BackwardParams p, cudaStream_t stream, bool dependent) {
   const BackwardParams& params = p.args;
   const std::int64_t kv_heads = params.batch * params.kv_heads;
   if (kv_heads > 65535) {
@@ -118,36 +120,40 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream) {
 #if FLASHPP_SM90_BWD_TRACE
   p.trace = backward_trace_buffer(stream);
 #endif
+  // The grid: clusters of two neighbouring key tiles (kPaired; an odd count gets a pad tile past
+  // the launch's last one, its keys masked: past Nk or seen by no query, so it adds zeros and
+  // stores nothing or the zeros launch_zero_key_rows also wrote), or one block a key tile; a
+  // split (the last wave's, or a small grid's) launches p.split's blocks in one dimension, whole
+  // units then the pieces, in plan order (kPaired: the pairs' clusters, pair_plan).
+  dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(kv_heads));
   if constexpr (Traits::kPaired) {
-    // Clusters of two neighbouring key tiles; an odd count gets a pad tile past the launch's last
-    // one (its keys masked: past Nk or seen by no query, so it adds zeros and stores nothing or
-    // the zeros launch_zero_key_rows also wrote). A split last wave (the kSplit pairs, an even
-    // count): one dimension, the whole pairs' clusters and then the pieces' (pair_plan).
     const std::int64_t pairs = (n_blocks + 1) / 2;
     p.args.heads_per_group = ordered ? heads_per_group(true, pairs, kv_heads, slots / 2) : 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = p.args.split.split_units > 0
-                         ? dim3(static_cast<unsigned>(p.args.split.blocks()))
-                         : dim3(static_cast<unsigned>(2 * pairs), static_cast<unsigned>(kv_heads));
-    config.blockDim = dim3(Traits::kThreads);
-    config.dynamicSmemBytes = kSmem;
-    config.stream = stream;
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 2;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    check_cuda(cudaLaunchKernelEx(&config, kernel, p), "sm90 backward kernel launch (pairs)");
-  } else if (p.args.split.split_units > 0) {  // a split last wave: one dimension, plan order
-    kernel<<<static_cast<unsigned>(p.args.split.blocks()), Traits::kThreads, kSmem, stream>>>(p);
-    check_launch("sm90 backward kernel launch (split last wave)");
-  } else {
-    const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(kv_heads));
-    kernel<<<grid, Traits::kThreads, kSmem, stream>>>(p);
-    check_launch("sm90 backward kernel launch");
+    grid.x = static_cast<unsigned>(2 * pairs);
   }
+  if (p.args.split.split_units > 0) grid = dim3(static_cast<unsigned>(p.args.split.blocks()));
+  cudaLaunchAttribute attributes[2]{};
+  unsigned count = 0;
+  if constexpr (Traits::kPaired) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = 2;
+    attributes[count].val.clusterDim.y = 1;
+    attributes[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  if (dependent) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(Traits::kThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = count;
+  check_cuda(cudaLaunchKernelEx(&config, kernel, p), "sm90 backward kernel launch");
 #if FLASHPP_SM90_BWD_TRACE
   write_backward_trace(p.trace, n_blocks * kv_heads, stream);
 #endif
@@ -335,7 +341,17 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
       call.heads_per_group = call.mask.active() ? call.batch * call.kv_heads : 1;
     }
     // Host work first (tensor maps), then the launches back to back, so the GPU does not wait
-    // between them on a small problem.
+    // between them on a small problem. The main kernel and the postprocess each start beside
+    // the kernel before them (dependent launches), but after the deterministic mode's memset.
+    // FLASHPP_SM90_BWD_PDL (read at every call; A/B runs): 0 launches both the ordinary way, 2
+    // only the main kernel dependent, 3 only the postprocess; the wide kernel (D > 128) always
+    // launches the ordinary way (backward_block). Session 35 runs 4-6 (H100, bf16 and fp16,
+    // interleaved GPU time against 0): D=64 N=1024 +1..+2.5%, D=96 N=2048 +0.5..+0.8%, D=128
+    // within +-0.5% (N 1024 and 4096).
+    const int pdl = env_switch("FLASHPP_SM90_BWD_PDL");
+    const bool dependent_ok = !Traits::kWide && !args.deterministic;
+    const bool dependent_main = dependent_ok && (pdl < 0 || pdl == 1 || pdl == 2);
+    const bool dependent_post = dependent_ok && (pdl < 0 || pdl == 1 || pdl == 3);
     Sm90BackwardParams p{};
     if (call.k_len > 0) p = with_tensor_maps<Traits>(call, args);
     launch_preprocess<Element>(call, stream);
@@ -345,9 +361,9 @@ void run_backward_for(const BackwardParams& params, const detail::BackwardArgs& 
         check_cuda(cudaMemsetAsync(call.dq_turns, 0, turns * sizeof(int), stream),
                    "cudaMemsetAsync (sm90 backward turn counters)");
       }
-      launch_main<Traits>(p, stream);
+      launch_main<Traits>(p, stream, dependent_main);
     }
-    launch_postprocess<Element>(call, stream);
+    launch_postprocess<Element>(call, stream, dependent_post);
   };
   if (args.deterministic) {
     if constexpr (sm90_deterministic_head_dim(kHeadDim)) {
