@@ -190,7 +190,8 @@ inline constexpr std::int64_t kUnmaskedSplitWaves = FLASHPP_SM90_BWD_UNMASKED_SP
 
 // The grid of a call of Traits as launch_main launches it (the key tiles some query sees, all of
 // them without a mask, x batch * kv heads: `units` blocks) and the blocks the GPU holds at once
-// (`slots`), found once per call for the split plan and the choice of the 128-key kernel.
+// (`slots`; kPaired: clusters of two), found once per call for the split plans and the choice of
+// the 128-key kernel.
 struct BackwardGrid {
   std::int64_t units = 0, slots = 0;
 };
@@ -205,7 +206,7 @@ BackwardGrid backward_grid(const BackwardParams& params) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
       "cudaFuncSetAttribute (sm90 backward shared memory)");
   return {(span.end - span.begin) * params.batch * params.kv_heads,
-          cached_resident_blocks(kernel, Traits::kThreads, Traits::kSmemBytes)};
+          cached_resident(kernel, Traits::kThreads, Traits::kSmemBytes, Traits::kPaired ? 2 : 1)};
 }
 
 template <typename Traits>
@@ -241,21 +242,16 @@ template <typename PairSplitTraits>
 TailSplit plan_pair_split(const BackwardParams& params) {
   static_assert(PairSplitTraits::kPaired && kTailSplit<PairSplitTraits>, "the pairs' split kernel");
   const TailSplit none{};
-  if (params.mask.active() || params.q_len == 0 || params.k_len == 0 ||
-      params.split_partials == nullptr || env_switch("FLASHPP_SM90_BWD_SPLIT") == 0) {
+  if (params.mask.active() || params.split_partials == nullptr ||
+      env_switch("FLASHPP_SM90_BWD_SPLIT") == 0) {
     return none;
   }
-  const std::int64_t tiles =
-      (params.k_len + PairSplitTraits::kBlockN - 1) / PairSplitTraits::kBlockN;
-  const std::int64_t heads = params.batch * params.kv_heads;
-  auto kernel = flash_bwd_sm90_kernel<PairSplitTraits>;
-  constexpr int kSmem = PairSplitTraits::kSmemBytes;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-             "cudaFuncSetAttribute (sm90 backward shared memory)");
-  const std::int64_t pair_slots = cached_resident(kernel, PairSplitTraits::kThreads, kSmem, 2);
+  const BackwardGrid grid = backward_grid<PairSplitTraits>(params);  // slots: clusters of two
+  if (grid.units == 0) return none;
+  const std::int64_t tiles = grid.units / (params.batch * params.kv_heads);  // every one (no mask)
   const std::int64_t steps =
       (params.q_len + PairSplitTraits::kBlockM - 1) / PairSplitTraits::kBlockM * params.heads_per_kv;
-  const TailSplit plan = plan_pair_tail_split(tiles / 2 * heads, tiles, steps, pair_slots, true);
+  const TailSplit plan = plan_pair_tail_split(grid.units / 2, tiles, steps, grid.slots, true);
   if (plan.split_units == 0 || plan.split_units > params.split_capacity ||
       plan.blocks() > 2147483647) {
     return none;
