@@ -10,7 +10,8 @@
 #include "../../common/check_cuda.hpp"
 #include "../../families.hpp"
 #include "../../instances.hpp"
-#include "launch.cuh"
+#include "split_plan.hpp"
+#include "tile_config.hpp"
 
 namespace flashpp::cuda {
 namespace sm90 {

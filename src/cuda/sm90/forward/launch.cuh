@@ -16,6 +16,7 @@
 #include "../../common/poison.cuh"
 #include "../../common/tensor_map.hpp"
 #include "kernel.cuh"
+#include "split_plan.hpp"
 #include "split_walk.hpp"
 #include "tile_config.hpp"
 #include "../../common/occupancy.hpp"
@@ -75,8 +76,6 @@ inline bool masked_walk(WalkKind* walk) {
 // between 65536 and 131072 keys at D=64, and this rule on an H100.
 inline constexpr std::int64_t kLongMaskedKeys = 131072;
 
-inline int persistent_forced() { return env_switch("FLASHPP_SM90_FWD_PERSISTENT"); }
-
 inline WalkChoice walk_grid(bool masked, std::int64_t k_len) {
   const int forced = persistent_forced();
   WalkKind walk = WalkKind::stride;
@@ -99,15 +98,6 @@ inline WalkChoice ring_safe_walk(const ForwardParams& params, int block_m, int b
                                     ((params.k_len + block_n - 1) / block_n);
   if (all_kv_tiles >= (std::int64_t{1} << 31)) return {ForwardGrid::walk_one_per_item, WalkKind::stride};
   return walk_grid(params.mask.active(), params.k_len);
-}
-
-// Blocks of a persistent grid: as many as fit on the GPU at once, or fewer where
-// FLASHPP_SM90_FWD_MAX_BLOCKS=N (tests: small shapes whose blocks walk many items).
-inline std::int64_t persistent_blocks(std::int64_t resident) {
-  const char* env = std::getenv("FLASHPP_SM90_FWD_MAX_BLOCKS");
-  const std::int64_t cap = env != nullptr ? std::atoll(env) : 0;
-  const std::int64_t blocks = cap > 0 && cap < resident ? cap : resident;
-  return blocks > 0 ? blocks : 1;
 }
 
 // The launches of a forward kernel over items (query tile, batch * head), at most 65535 heads
@@ -226,77 +216,6 @@ inline std::int64_t query_tile_shift(const ForwardParams& params, int block_m) {
 template <typename Traits>
 inline constexpr bool kSplitWalk = Traits::kHeadDim == 128 && Traits::kConsumers == 2 &&
                                    Traits::kQFreeAfterScores;
-
-// When the split walk is worth its costs (session 30 run 3, H100, bf16, D=128, B=4 H=32,
-// gpu_compare 20 rounds, against the stride walk): with 32 key tiles an item and more (N 4096,
-// 8192, 16384) +1.9..+2.0%, and the split kernel walking whole items only measured as the stride
-// kernel; with 16 (N=2048) -1.3%, with 8 (N=1024) -9%, where the split kernel lost 6.7% walking
-// whole items only (a cost per item that long items hide) and the cuts 2.5% more. So: items of
-// at least kSplitMinKeyTiles key tiles, and a gain of at least kSplitMinGainSteps key-tile steps
-// a block (the idle steps of the last round, (G - I mod G) T / G). And (run 9, Nq=2000 Nk=9000
-// B=2 H=32: -3..-4%) the split part's items, which all run at once, must not read more K and V
-// than half the L2 holds: there they span 14.5 heads of 4.6 MB (67 MB, against 8.8 MB at B=4 H=32
-// N=4096, 8192 or 16384, which gain), where the stride walk's round spans 8 heads.
-inline constexpr std::int64_t kSplitMinKeyTiles = 32;
-inline constexpr std::int64_t kSplitMinGainSteps = 4;
-
-// Bytes of K and V that the split part of a plan reads: the kv heads of its items (items
-// [whole_items, items) in launch order, head by head: block_item without a mask) times one
-// head's K and V (`kv_head_bytes`).
-inline std::int64_t split_kv_bytes(const SplitWalkPlan& plan, std::int64_t items,
-                                   std::int64_t q_tiles, std::int64_t heads_per_kv,
-                                   std::int64_t kv_head_bytes) {
-  const std::int64_t first = plan.whole_items / q_tiles, last = (items - 1) / q_tiles;
-  const std::int64_t kv_heads = last / heads_per_kv - first / heads_per_kv + 1;
-  return kv_heads * kv_head_bytes;
-}
-
-// The L2 size of `device` (asked once per device; -1: the current device).
-inline std::int64_t device_l2_bytes(int device = -1) {
-  static std::int64_t cache[64] = {};
-  if (device < 0) check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  std::int64_t& slot = cache[device < 64 ? device : 0];
-  if (slot == 0) {
-    int bytes = 0;
-    check_cuda(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device),
-               "cudaDeviceGetAttribute (L2 size)");
-    slot = bytes > 0 ? bytes : 1;
-  }
-  return slot;
-}
-
-// The split walk's plan for an unmasked call without softcap and dropout on the persistent grid
-// of `blocks` blocks: none where it does not split or does not pay (above), or where the heads
-// take several launches. `key_bytes`: bytes of one key's K and V rows (2 x padded D x element);
-// `l2_bytes`: the device's L2. FLASHPP_SM90_FWD_SPLIT=0 turns it off, =1 takes it wherever the
-// plan can cut (tests, A/B runs; read at every call).
-inline SplitWalkPlan split_walk_plan(std::int64_t q_len, std::int64_t k_len,
-                                     std::int64_t batch_heads, std::int64_t heads_per_kv,
-                                     int block_m, int block_n, std::int64_t key_bytes,
-                                     std::int64_t blocks, std::int64_t l2_bytes) {
-  const int forced = env_switch("FLASHPP_SM90_FWD_SPLIT");
-  if (batch_heads > 65535 || forced == 0) return {};
-  const std::int64_t q_tiles = (q_len + block_m - 1) / block_m;
-  const std::int64_t items = q_tiles * batch_heads;
-  const std::int64_t tiles = (k_len + block_n - 1) / block_n;
-  const SplitWalkPlan plan = plan_split_walk(items, tiles, blocks);
-  if (forced == 1 || !plan.splits()) return plan;
-  const std::int64_t gain_steps = (blocks - items % blocks) * tiles / blocks;
-  const bool fits_l2 =
-      2 * split_kv_bytes(plan, items, q_tiles, heads_per_kv, k_len * key_bytes) <= l2_bytes;
-  return tiles >= kSplitMinKeyTiles && gain_steps >= kSplitMinGainSteps && fits_l2
-             ? plan
-             : SplitWalkPlan{};
-}
-
-// Whether a call can take the split walk at all (launch_forward_tiles and the workspace query,
-// forward_split_workspace_bytes): no mask, softcap or dropout, and the persistent grid not
-// switched off. Problem and ForwardParams both have these fields.
-template <typename Call>
-inline bool split_walk_call(const Call& call) {
-  return !call.mask.active() && call.softcap == 0.0f && call.dropout.threshold == 0 &&
-         persistent_forced() != 0;
-}
 
 // kExtras: whether the softcap and dropout kernels are instantiated for these tiles (callers with
 // softcap or dropout must use tiles that have them).
