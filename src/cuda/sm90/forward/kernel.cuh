@@ -587,15 +587,16 @@ __device__ __forceinline__ void store_output_rows(const float (&o)[kDTiles][4],
 }
 
 // S = Q(this warpgroup's 64 rows) K(stage)^T over the head dim: kHeadDim/16 wgmma, one group.
-template <typename Traits>
-__device__ __forceinline__ void issue_scores(float (&s)[Traits::kNTiles][4],
+// kKeys: the stage's first kKeys keys (the whole tile, or its first half: kHalfFirstTile).
+template <typename Traits, int kKeys = Traits::kBlockN>
+__device__ __forceinline__ void issue_scores(float (&s)[kKeys / 8][4],
                                              const SharedStorage<Traits>& smem, int consumer,
                                              int stage) {
-  using Mma = ptx::WgmmaShape<Traits::kBlockN, typename Traits::Element>;
+  using Mma = ptx::WgmmaShape<kKeys, typename Traits::Element>;
   const std::uint64_t q_desc = ptx::smem_descriptor<ptx::Major::k>(
       reinterpret_cast<unsigned char*>(smem.q()) + consumer * 64 * 128, 0);
   const std::uint64_t k_desc = ptx::smem_descriptor<ptx::Major::k>(smem.k(stage), 0);
-  auto& acc = reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s);
+  auto& acc = reinterpret_cast<float(&)[kKeys / 2]>(s);
   ptx::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
@@ -639,6 +640,26 @@ __device__ __forceinline__ void convert_p(std::uint32_t (&p)[Traits::kBlockN / 1
     p[kk][3] = pack_pair<Element>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
   }
 }
+
+// The element-wise view of the first kBlockN / 2 keys of a tile (common/forward_steps.cuh reads
+// kBlockN and kNTiles; the shared-memory layout stays the tile's, from Traits).
+template <typename Traits>
+struct HalfKeyTraits : Traits {
+  static constexpr int kBlockN = Traits::kBlockN / 2;
+  static constexpr int kNTiles = Traits::kNTiles / 2;
+};
+
+// Whether a warpgroup's first key tile of an item, where its rows see none of the tile's second
+// half (a causal diagonal through the lower warpgroup's rows; Nk cut inside the first half),
+// takes S over the first half only (issue_scores<Traits, kBlockN / 2>) and the element-wise steps
+// of half a tile, with P = 0 on the other half: the snake walk's plain kernels (masked calls, whose
+// causal items start with the diagonal tile) in 128-key tiles (D 64, both tiles; 96; 128).
+// Session 36 runs 3-4 (H100, causal, against the whole tile): the two-warpgroup D=64 tile at
+// N=1024 +4..+5%, D=96 +1..+2%, D=128 +1..+3%; the tall D=64 tile +1.5% at 2048, +1.1% at 4096,
+// +0.6% at 16384. FLASHPP_SM90_FWD_HALF_FIRST=0 (compile definition): the whole tile always.
+#ifndef FLASHPP_SM90_FWD_HALF_FIRST
+#define FLASHPP_SM90_FWD_HALF_FIRST 1
+#endif
 
 // A K, V or Q buffer is free again: each consumer warp is done with it (its last wgmma on it has
 // completed; for Q staging O, its reads of the staged rows too), and
@@ -698,6 +719,11 @@ __device__ __forceinline__ void pass_item(const SharedStorage<Traits>& smem, con
 template <typename Traits, WalkKind kWalk>
 inline constexpr bool kMaskBits = FLASHPP_SM90_FWD_MASK_BITS != 0 && Traits::kNTiles <= 16 &&
                                   kWalk == WalkKind::snake && Traits::kBlockM <= Traits::kBlockN;
+
+template <typename Traits, ScoreExtras kExtras, WalkKind kWalk>
+inline constexpr bool kHalfFirstTile = FLASHPP_SM90_FWD_HALF_FIRST != 0 &&
+                                       kExtras == ScoreExtras::none &&
+                                       kWalk == WalkKind::snake && Traits::kBlockN == 128;
 
 // Whether a kernel's consumer warpgroups take their own key tiles (warpgroup_keys): the snake
 // walk's (the masked calls' persistent kernel) in tiles of more rows than keys (the tall D=64
@@ -858,21 +884,55 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
       }
     };
     // The first visible key tile (the last one of `own`): scores, softmax, nothing to overlap
-    // with yet.
+    // with yet. kHalfFirstTile: where this warpgroup's rows see no key of the tile's second half
+    // (every row's last key, the last row's by the band's monotone rule, before it), S over the
+    // first half and its masked classic step; P's fragments of the second half are zero.
+    bool half_first = false;
+    if constexpr (kHalfFirstTile<Traits, kExtras, kWalk>) {
+      const std::int64_t last_row =
+          tile.m0 + consumer * 64 + 63 < p.q_len ? tile.m0 + consumer * 64 + 63 : p.q_len - 1;
+      half_first = p.mask.last_key(last_row, p.k_len) <
+                   (own.end - 1) * Traits::kBlockN + Traits::kBlockN / 2;
+    }
     {
-      float s[1][Traits::kNTiles][4];
       mbarrier_wait(smem.k_full(stage_of(lead)), phase_of(lead));
       FLASHPP_FWD_STAMP(items_done, role, k0_ready, clock64());
       turns.wait();
       FLASHPP_FWD_STAMP(items_done, role, turn0, clock64());
-      issue_scores<Traits>(s[0], smem, consumer, stage_of(lead));
-      turns.pass(false);
-      ptx::wgmma_wait<0>();
-      FLASHPP_FWD_STAMP(items_done, role, s0_done, clock64());
-      ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
-      release_buffer(smem.k_empty(stage_of(lead)), lane);
-      softmax_steps(s, own.end - 1, std::true_type{});  // O is still zero: no rescale
-      prepare_p(s[0]);
+      if (half_first) {
+        if constexpr (kHalfFirstTile<Traits, kExtras, kWalk>) {
+          using Half = HalfKeyTraits<Traits>;
+          float s[1][Half::kNTiles][4];
+          issue_scores<Traits, Half::kBlockN>(s[0], smem, consumer, stage_of(lead));
+          turns.pass(false);
+          ptx::wgmma_wait<0>();
+          FLASHPP_FWD_STAMP(items_done, role, s0_done, clock64());
+          ptx::fence_registers(reinterpret_cast<float(&)[Half::kBlockN / 2]>(s));
+          release_buffer(smem.k_empty(stage_of(lead)), lane);
+          const std::int64_t n0 = (own.end - 1) * Traits::kBlockN;
+          if constexpr (kMaskBits<Traits, kWalk>) {
+            apply_mask_bits<Half>(s, tile_visibility<Half>(p, row0, n0, lane));
+          } else {
+            apply_mask<Half>(s, p, row0, n0, lane);
+          }
+          online_softmax_update<Half>(s, row_max, row_sum, p.scale_log2);  // O is zero: no rescale
+          convert_p<Half>(reinterpret_cast<std::uint32_t(&)[Half::kBlockN / 16][4]>(p_frag), s[0]);
+#pragma unroll
+          for (int kk = Half::kBlockN / 16; kk < Traits::kBlockN / 16; ++kk)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) p_frag[kk][c] = 0u;
+        }
+      } else {
+        float s[1][Traits::kNTiles][4];
+        issue_scores<Traits>(s[0], smem, consumer, stage_of(lead));
+        turns.pass(false);
+        ptx::wgmma_wait<0>();
+        FLASHPP_FWD_STAMP(items_done, role, s0_done, clock64());
+        ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
+        release_buffer(smem.k_empty(stage_of(lead)), lane);
+        softmax_steps(s, own.end - 1, std::true_type{});  // O is still zero: no rescale
+        prepare_p(s[0]);
+      }
       FLASHPP_FWD_STAMP(items_done, role, p0_ready, clock64());
     }
     for (int j = lead + 1; j < lead + visible; ++j) {
