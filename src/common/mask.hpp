@@ -62,6 +62,11 @@ struct Mask {
                                                 std::int64_t rows) const {
     return RowStarts{j1 - 1 - shift - right, j0 - rows + 1 - shift + left};
   }
+  // The tile of `rows` rows from row i0 sees some key of [j0, j1) (it is not fully hidden)
+  // exactly when first_row <= i0 <= last_row.
+  FLASHPP_HD RowStarts seeing_row_starts(std::int64_t j0, std::int64_t j1, std::int64_t rows) const {
+    return RowStarts{j0 - rows + 1 - shift - right, j1 - 1 - shift + left};
+  }
 };
 
 }  // namespace flashpp::detail

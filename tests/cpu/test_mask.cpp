@@ -58,6 +58,10 @@ TEST(MaskRule, TileClassificationAgreesWithVisible) {
             ASSERT_EQ(starts.first_row <= i0 && i0 <= starts.last_row, all)
                 << "shift " << m.shift << " left " << m.left << " right " << m.right
                 << " rows [" << i0 << "," << i1 << ") keys [" << j0 << "," << j1 << ")";
+            const Mask::RowStarts seeing = m.seeing_row_starts(j0, j1, i1 - i0);
+            ASSERT_EQ(seeing.first_row <= i0 && i0 <= seeing.last_row, any)
+                << "shift " << m.shift << " left " << m.left << " right " << m.right
+                << " rows [" << i0 << "," << i1 << ") keys [" << j0 << "," << j1 << ")";
           }
   }
 }

@@ -607,6 +607,41 @@ TEST(CudaBackward, Sm90KernelVariantsEveryMask) {
   }
 }
 
+// Steps that see none of a consumer's 64 keys skip its products and write zeros as its part of
+// dS^T (the sm90 kernels at D 64 and 128, kSkipHidden): under a causal mask the upper consumers'
+// first steps of a block (both alignments, Nq != Nk), under a window with a short left side the
+// lower consumers' last ones, under one with a long right side the upper consumers' first ones,
+// a consumer whose keys all lie past Nk on every step; GQA 4:1, so that they recur at each query
+// head of the walk. Each on the default kernel, on whole 192-key blocks (no split) and on the
+// 128-key blocks at D=64.
+TEST(CudaBackward, HiddenConsumerSteps) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  std::vector<MaskedShape> cases;
+  for (std::int64_t D : {64, 128}) {
+    cases.push_back({{1, 520, 520, 4, 1, D}, true, Alignment::top_left, -1, -1});
+    cases.push_back({{2, 300, 650, 4, 1, D}, true, Alignment::bottom_right, -1, -1});
+    cases.push_back({{1, 600, 330, 4, 1, D}, true, Alignment::bottom_right, -1, -1});
+    cases.push_back({{1, 600, 600, 4, 1, D}, false, Alignment::top_left, 20, 0});
+    cases.push_back({{1, 450, 470, 4, 1, D}, false, Alignment::top_left, 0, 150});
+    cases.push_back({{1, 400, 260, 4, 2, D}, true, Alignment::top_left, -1, -1});  // 260 = 192 + 68
+  }
+  struct Pass {
+    const char* split;
+    const char* narrow;
+  };
+  const Pass passes[] = {{nullptr, nullptr}, {"0", "0"}, {nullptr, "1"}};
+  std::uint64_t seed = 880;
+  for (const Pass& pass : passes) {
+    std::optional<gpu_test::ScopedEnv> split, narrow;
+    if (pass.split != nullptr) split.emplace("FLASHPP_SM90_BWD_SPLIT", pass.split);
+    if (pass.narrow != nullptr) narrow.emplace("FLASHPP_SM90_BWD_NARROW", pass.narrow);
+    for (const MaskedShape& m : cases) {
+      if (pass.narrow != nullptr && pass.split == nullptr && m.shape.D > 64) continue;
+      if (!check_masked_shape(m, seed)) return;
+    }
+  }
+}
+
 TEST(CudaBackward, StridedLse) {
   FLASHPP_SKIP_WITHOUT_GPU();
   check_case(make_case({2, 100, 100, 2, 1, 64}, DType::f16, Layout::bnhd, 800), Layout::padded);

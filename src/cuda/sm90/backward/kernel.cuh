@@ -27,6 +27,8 @@
 //   Inside a step the products overlap the element-wise work (kOverlap, two consumers): P^T is
 //   computed while dP^T runs, dV is issued before dS^T is computed, dK before dS^T is staged for
 //   dQ. Three consumers (D=64, 160 registers each) overlap one another's steps instead.
+//   At D=64 a consumer's first steps that see none of its keys (the causal diagonal's upper
+//   consumers) only write zeros as their dS^T (hidden_step, kSkipHidden).
 // At the end dK is scaled and dK, dV are stored; the postprocess turns the dQ accumulator into dq.
 // Unmasked calls whose last wave of blocks is small run it split (common/tail_split.hpp, as the
 // sm80 family), and so do masked calls of at most a wave of blocks, all of it: its key
@@ -177,6 +179,18 @@ constexpr bool kDqAdds = FLASHPP_SM90_BWD_DQ_ADDS != 0;
 #define FLASHPP_SM90_BWD_D64_CONSUMERS 3
 #endif
 
+// A consumer's leading steps whose 64 queries see none of its 64 keys (1): they skip S^T, dP^T,
+// the element-wise work and the dV, dK products, write zeros as their part of the step's dS^T and
+// take their turn at the block's dQ^T as any step does. Under a causal mask these are the first
+// steps of a block for its upper consumers (3 of a 192-key block's ~3 x 8.5 consumer steps at
+// D=64 N=1024; session 37 runs 1-3: causal +2.7..+4.6% at N 1024-4096). The kernels with dQ^T in
+// turns (D=64, kDqTransposed) without dropout or the deterministic order (kSkipHidden). At D=128
+// the same skip (zeros, then the block's dQ product) gained nothing and cost the unmasked calls
+// ~1% (run 1). 0: every step computes its masked products.
+#ifndef FLASHPP_SM90_BWD_SKIP_HIDDEN
+#define FLASHPP_SM90_BWD_SKIP_HIDDEN 1
+#endif
+
 struct Sm90BackwardParams {
   BackwardParams args;
   CUtensorMap q_map, k_map, v_map, dout_map;
@@ -258,6 +272,9 @@ struct Sm90BackwardTraits {
       (FLASHPP_SM90_BWD_DQ_DEFER < 0 ? kHeadDim < 128 && !kDropout : FLASHPP_SM90_BWD_DQ_DEFER != 0);
   // The deterministic mode's dQ through the writer threads (write_dq_in_turns).
   static constexpr bool kDqWriter = kDeterministic;
+  // Steps that see none of a consumer's keys skip its products (FLASHPP_SM90_BWD_SKIP_HIDDEN).
+  static constexpr bool kSkipHidden =
+      FLASHPP_SM90_BWD_SKIP_HIDDEN != 0 && kDqTransposed && !kDropout && !kDeterministic;
   // A warp's dQ part of a step: 16 rows x kDqColumns, in the accumulator's order (dq_accum.cuh).
   static constexpr int kDqStageWarpBytes = kDqTiles * kDqAccumBlockFloats * 4;
 
@@ -1014,6 +1031,16 @@ __device__ __forceinline__ void copy_ds_to_partner(const BackwardShared<Traits>&
   }
 }
 
+// Zeros as a consumer's dS^T part (64 keys x 64 queries, 16-bit; the swizzle does not matter):
+// 16-byte stores by its 128 threads.
+template <typename Traits>
+__device__ __forceinline__ void zero_ds_part(unsigned char* part) {
+  static_assert(Traits::kDsBytes % (128 * 16) == 0, "whole 16-byte stores a thread");
+#pragma unroll
+  for (int i = 0; i < Traits::kDsBytes / (128 * 16); ++i)
+    *reinterpret_cast<uint4*>(part + (i * 128 + threadIdx.x % 128) * 16) = make_uint4(0u, 0u, 0u, 0u);
+}
+
 template <typename Traits>
 __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& params,
                                                   const BackwardShared<Traits>& smem,
@@ -1143,8 +1170,56 @@ __device__ __forceinline__ void consumer_backward(const Sm90BackwardParams& para
           stage, lane);
     }
   };
+  // kSkipHidden: the query tiles from which a step sees some of this consumer's keys (a consumer
+  // with no key below Nk returned above).
+  [[maybe_unused]] detail::Mask::RowStarts seen{};
+  if constexpr (Traits::kSkipHidden) {
+    seen = p.mask.seeing_row_starts(tile.n0 + consumer * 64, tile.n0 + consumer * 64 + 64, Traits::kBlockM);
+  }
+  // A step that sees none of this consumer's keys (kSkipHidden): P^T and dS^T are zero and add
+  // nothing to dV and dK, so it only writes zeros as its part of the step's dS^T for the dQ^T
+  // product (ring buffers and barriers as any step) and takes its dQ^T turn. (The turn's code is
+  // the loop's, below, written out again: one lambda for both moved ptxas's schedule of the
+  // deterministic and dropout kernels, which never skip.)
+  auto hidden_step = [&](int step, int s, const BackwardStep& st) {
+    if constexpr (Traits::kSkipHidden) {
+      mbarrier_wait(smem.step_full(s), static_cast<std::uint32_t>(step / Traits::kStages) & 1u);
+      const int ds_buffer = step % Traits::kDsBuffers;
+      if (step >= Traits::kDsBuffers) {
+        mbarrier_wait(smem.ds_empty(ds_buffer), static_cast<std::uint32_t>(step / Traits::kDsBuffers - 1) & 1u);
+      }
+      zero_ds_part<Traits>(smem.ds(ds_buffer, consumer));
+      ptx::fence_shared_to_async();
+      ptx::mbarrier_arrive(smem.ds_full(ds_buffer));
+      release_step(smem.step_empty(s), lane, release_barrier);
+      if (step > 0 && dq_turn == consumer) {  // the previous step's dQ^T
+        float dq_t[Traits::kDqTiles][4];
+        ptx::wgmma_fence();
+        issue_transposed_dq(dq_t, step - 1);
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+        ptx::fence_registers(reinterpret_cast<float(&)[Traits::kDqTiles * 4]>(dq_t));
+        ptx::mbarrier_arrive(smem.ds_empty((step - 1) % Traits::kDsBuffers));
+        add_transposed_dq(dq_t, prev_st, step - 1);
+      }
+      if (step > 0) dq_turn = dq_turn + 1 == dq_consumers ? 0 : dq_turn + 1;
+      prev_st = st;
+    }
+  };
   StepWalk<Traits> walk(p, tile);
-  for (int step = 0; step < tile.steps; ++step, walk.advance()) {
+  // The walk's leading hidden steps (under a causal mask the upper consumers' first query tiles
+  // of the first query head) before the loop, so that the loop has no test of its own: a branch
+  // per step cost the calls without hidden steps ~1% (session 37 run 2). With GQA the next query
+  // heads' hidden steps run as masked steps.
+  int first_step = 0;
+  if constexpr (Traits::kSkipHidden) {
+    for (; first_step < tile.steps; ++first_step, walk.advance()) {
+      const BackwardStep st = walk.current();
+      if (st.m0 >= seen.first_row && st.m0 <= seen.last_row) break;
+      hidden_step(first_step, first_step % Traits::kStages, st);
+    }
+  }
+  for (int step = first_step; step < tile.steps; ++step, walk.advance()) {
     const int s = step % Traits::kStages;
     const BackwardStep st = walk.current();
     if constexpr (Traits::kPaired) {
