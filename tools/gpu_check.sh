@@ -150,6 +150,16 @@ if [ -n "$sm90_objects" ] && command -v cuobjdump >/dev/null; then
     status=1
     SUMMARY+=("sass sm90: FAILED ($hgmma HGMMA, $hmma HMMA, $tma UTMALDG)")
   fi
+  # The same per kernel: each sm90 attention kernel holds HGMMA (QGMMA for FP8), none HMMA.
+  lib="${built[0]}/libflashpp.so"
+  if [ -e "$lib" ]; then
+    if python3 tools/sass_check.py "$lib" >"$OUT/sass_check.txt" 2>&1; then
+      SUMMARY+=("sass per kernel: $(tail -n 2 "$OUT/sass_check.txt" | head -n 1)")
+    else
+      status=1
+      SUMMARY+=("sass per kernel: FAILED (see $OUT/sass_check.txt)")
+    fi
+  fi
 fi
 
 # run_sanitizer TOOL: compute-sanitizer TOOL over the small shapes of the test build.
