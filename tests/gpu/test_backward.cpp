@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <tuple>
@@ -522,6 +523,27 @@ bool check_masked_shape(const MaskedShape& m, std::uint64_t& seed) {
   return !::testing::Test::HasFailure();
 }
 
+// A choice of the sm90 backward's kernel for a pass over a test's shapes (nullptr: the default).
+struct KernelPass {
+  const char* split;   // FLASHPP_SM90_BWD_SPLIT
+  const char* narrow;  // FLASHPP_SM90_BWD_NARROW
+};
+
+// check_masked_shape of every case under every pass, seeds from `seed` on; a pass that forces
+// the 128-key blocks (narrow set, split not) takes the D=64 cases only. Stops at the first failure.
+void check_masked_shapes_per_pass(const std::vector<MaskedShape>& cases,
+                                  std::initializer_list<KernelPass> passes, std::uint64_t seed) {
+  for (const KernelPass& pass : passes) {
+    std::optional<gpu_test::ScopedEnv> split, narrow;
+    if (pass.split != nullptr) split.emplace("FLASHPP_SM90_BWD_SPLIT", pass.split);
+    if (pass.narrow != nullptr) narrow.emplace("FLASHPP_SM90_BWD_NARROW", pass.narrow);
+    for (const MaskedShape& m : cases) {
+      if (pass.narrow != nullptr && pass.split == nullptr && m.shape.D > 64) continue;
+      if (!check_masked_shape(m, seed)) return;
+    }
+  }
+}
+
 // Paired key tiles (the sm90 backward at D=128, clusters of two blocks adding their dQ^T together),
 // forced on for every call (by default only long calls without a mask take them): odd and even
 // key-tile counts (an odd one gives the last pair a pad block past Nk), a pair whose upper tile
@@ -569,7 +591,7 @@ TEST(CudaBackward, PairedKeyTilesSplitLastWave) {
 // launch starts at the first seen tile), GQA, Nq != Nk, head dims that round up.
 TEST(CudaBackward, Sm90KernelVariantsEveryMask) {
   FLASHPP_SKIP_WITHOUT_GPU();
-  const MaskedShape cases[] = {{{2, 300, 333, 4, 2, 64}, false, Alignment::top_left, -1, -1},
+  const std::vector<MaskedShape> cases = {{{2, 300, 333, 4, 2, 64}, false, Alignment::top_left, -1, -1},
                                {{1, 200, 300, 2, 1, 64}, true, Alignment::bottom_right, -1, -1},
                                {{1, 512, 200, 2, 2, 56}, true, Alignment::top_left, -1, -1},
                                {{2, 700, 900, 4, 1, 64}, false, Alignment::bottom_right, 150, 20},
@@ -588,32 +610,18 @@ TEST(CudaBackward, Sm90KernelVariantsEveryMask) {
                                // (pieces too short to pay) and one wave of halves
                                {{1, 200, 256, 40, 40, 128}, false, Alignment::top_left, -1, -1},
                                {{1, 300, 384, 24, 24, 64}, false, Alignment::top_left, -1, -1}};
-  struct Pass {
-    const char* split;
-    const char* narrow;
-  };
   // (The last two at D=64 only: the 128-key blocks, and the 192-key ones split as they would
   // be without the 128-key kernel.)
-  const Pass passes[] = {{nullptr, nullptr}, {"0", "0"}, {nullptr, "1"}, {nullptr, "0"}};
-  std::uint64_t seed = 860;
-  for (const Pass& pass : passes) {
-    std::optional<gpu_test::ScopedEnv> split, narrow;
-    if (pass.split != nullptr) split.emplace("FLASHPP_SM90_BWD_SPLIT", pass.split);
-    if (pass.narrow != nullptr) narrow.emplace("FLASHPP_SM90_BWD_NARROW", pass.narrow);
-    for (const MaskedShape& m : cases) {
-      if (pass.narrow != nullptr && pass.split == nullptr && m.shape.D > 64) continue;
-      if (!check_masked_shape(m, seed)) return;
-    }
-  }
+  check_masked_shapes_per_pass(cases, {{nullptr, nullptr}, {"0", "0"}, {nullptr, "1"}, {nullptr, "0"}},
+                               860);
 }
 
-// Steps that see none of a consumer's 64 keys skip its products and write zeros as its part of
-// dS^T (the sm90 kernels at D 64 and 128, kSkipHidden): under a causal mask the upper consumers'
-// first steps of a block (both alignments, Nq != Nk), under a window with a short left side the
-// lower consumers' last ones, under one with a long right side the upper consumers' first ones,
-// a consumer whose keys all lie past Nk on every step; GQA 4:1, so that they recur at each query
-// head of the walk. Each on the default kernel, on whole 192-key blocks (no split) and on the
-// 128-key blocks at D=64.
+// Steps that see none of a consumer's 64 keys (the sm90 kernels at D=64 skip the leading ones:
+// kSkipHidden; D=128 computes them): under a causal mask the upper consumers' first steps of a
+// block (both alignments, Nq != Nk), under a window with a short left side the lower consumers'
+// last ones, under one with a long right side the upper consumers' first ones, a consumer whose
+// keys all lie past Nk on every step; GQA 4:1, so that they recur at each query head of the walk.
+// Each on the default kernel, on whole 192-key blocks (no split) and on the 128-key blocks at D=64.
 TEST(CudaBackward, HiddenConsumerSteps) {
   FLASHPP_SKIP_WITHOUT_GPU();
   std::vector<MaskedShape> cases;
@@ -625,21 +633,7 @@ TEST(CudaBackward, HiddenConsumerSteps) {
     cases.push_back({{1, 450, 470, 4, 1, D}, false, Alignment::top_left, 0, 150});
     cases.push_back({{1, 400, 260, 4, 2, D}, true, Alignment::top_left, -1, -1});  // 260 = 192 + 68
   }
-  struct Pass {
-    const char* split;
-    const char* narrow;
-  };
-  const Pass passes[] = {{nullptr, nullptr}, {"0", "0"}, {nullptr, "1"}};
-  std::uint64_t seed = 880;
-  for (const Pass& pass : passes) {
-    std::optional<gpu_test::ScopedEnv> split, narrow;
-    if (pass.split != nullptr) split.emplace("FLASHPP_SM90_BWD_SPLIT", pass.split);
-    if (pass.narrow != nullptr) narrow.emplace("FLASHPP_SM90_BWD_NARROW", pass.narrow);
-    for (const MaskedShape& m : cases) {
-      if (pass.narrow != nullptr && pass.split == nullptr && m.shape.D > 64) continue;
-      if (!check_masked_shape(m, seed)) return;
-    }
-  }
+  check_masked_shapes_per_pass(cases, {{nullptr, nullptr}, {"0", "0"}, {nullptr, "1"}}, 880);
 }
 
 TEST(CudaBackward, StridedLse) {
