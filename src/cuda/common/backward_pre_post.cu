@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "check_cuda.hpp"
+#include "launch_config.hpp"
 #include "math.cuh"
 #include "warp_reduce.cuh"
 #include "backward_workspace.hpp"
@@ -287,18 +288,10 @@ void launch_postprocess(const BackwardParams& p, cudaStream_t stream, bool depen
   const std::int64_t blocks = p.batch * p.q_heads * ((p.q_len + band_rows - 1) / band_rows) +
                               p.split.split_units * (p.split_unit_rows / 16);
   const std::size_t smem = sizeof(float) * band_rows * post_pitch(p.accum_width);  // <= 48 KB
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kPostThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = dependent ? 1 : 0;
-  check_cuda(cudaLaunchKernelEx(&config, bwd_postprocess_kernel<Element>, p),
-             "backward postprocess kernel launch");
+  LaunchShape shape{dim3(static_cast<unsigned>(blocks)), dim3(kPostThreads), smem};
+  shape.dependent = dependent;
+  launch_kernel(shape, stream, bwd_postprocess_kernel<Element>, "backward postprocess kernel launch",
+                p);
 }
 
 template void launch_preprocess<__half>(const BackwardParams&, cudaStream_t);

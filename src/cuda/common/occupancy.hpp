@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "check_cuda.hpp"
+#include "launch_config.hpp"
 
 namespace flashpp::cuda {
 
@@ -36,17 +37,11 @@ std::int64_t cached_resident(Kernel kernel, int threads, int dynamic_smem, int c
   } else {
     // A cluster's blocks share a GPC: with an odd number of free SMs in one, the last idles, so
     // this is not the block count over `cluster`.
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(cluster));
-    config.blockDim = dim3(static_cast<unsigned>(threads));
-    config.dynamicSmemBytes = static_cast<std::size_t>(dynamic_smem);
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    LaunchShape shape{dim3(static_cast<unsigned>(cluster)), dim3(static_cast<unsigned>(threads)),
+                      static_cast<std::size_t>(dynamic_smem)};
+    shape.cluster_x = static_cast<unsigned>(cluster);
+    cudaLaunchAttribute attributes[2];
+    const cudaLaunchConfig_t config = launch_config(shape, nullptr, attributes);
     int clusters = 0;
     check_cuda(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config),
                "cudaOccupancyMaxActiveClusters");

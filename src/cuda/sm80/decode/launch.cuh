@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "../../common/check_cuda.hpp"
+#include "../../common/launch_config.hpp"
 #include "kernel.cuh"
 
 namespace flashpp::cuda::decode {
@@ -46,18 +47,10 @@ void launch_decode(const DecodeParams& params, cudaStream_t stream) {
     check_launch("decode combine kernel launch");
     return;
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(rows));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = dependent_launch ? 1 : 0;
-  check_cuda(cudaLaunchKernelEx(&config, decode_combine_rows_kernel<Element, D>, params),
-             "decode combine kernel launch");
+  LaunchShape shape{dim3(static_cast<unsigned>(rows)), dim3(kThreads)};
+  shape.dependent = dependent_launch;
+  launch_kernel(shape, stream, decode_combine_rows_kernel<Element, D>,
+                "decode combine kernel launch", params);
   check_launch("decode combine kernel launch");
 }
 

@@ -16,6 +16,7 @@
 #include "../../../api/problem.hpp"
 #include "../../common/backward_pre_post.cuh"
 #include "../../common/check_cuda.hpp"
+#include "../../common/launch_config.hpp"
 #include "../../common/env_switch.hpp"
 #include "../../common/tail_split.hpp"
 #include "../../common/tensor_map.hpp"
@@ -132,28 +133,10 @@ void launch_main(Sm90BackwardParams p, cudaStream_t stream, bool dependent) {
     grid.x = static_cast<unsigned>(2 * pairs);
   }
   if (p.args.split.split_units > 0) grid = dim3(static_cast<unsigned>(p.args.split.blocks()));
-  cudaLaunchAttribute attributes[2]{};
-  unsigned count = 0;
-  if constexpr (Traits::kPaired) {
-    attributes[count].id = cudaLaunchAttributeClusterDimension;
-    attributes[count].val.clusterDim.x = 2;
-    attributes[count].val.clusterDim.y = 1;
-    attributes[count].val.clusterDim.z = 1;
-    ++count;
-  }
-  if (dependent) {
-    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[count].val.programmaticStreamSerializationAllowed = 1;
-    ++count;
-  }
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(Traits::kThreads);
-  config.dynamicSmemBytes = kSmem;
-  config.stream = stream;
-  config.attrs = attributes;
-  config.numAttrs = count;
-  check_cuda(cudaLaunchKernelEx(&config, kernel, p), "sm90 backward kernel launch");
+  LaunchShape shape{grid, dim3(Traits::kThreads), static_cast<std::size_t>(kSmem)};
+  shape.dependent = dependent;
+  shape.cluster_x = Traits::kPaired ? 2 : 1;
+  launch_kernel(shape, stream, kernel, "sm90 backward kernel launch", p);
 #if FLASHPP_SM90_BWD_TRACE
   write_backward_trace(p.trace, n_blocks * kv_heads, stream);
 #endif

@@ -13,6 +13,7 @@
 #include "../../../api/problem.hpp"
 #include "../../common/env_switch.hpp"
 #include "../../common/check_cuda.hpp"
+#include "../../common/launch_config.hpp"
 #include "../../common/poison.cuh"
 #include "../../common/tensor_map.hpp"
 #include "kernel.cuh"
@@ -136,21 +137,10 @@ void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
     const std::int64_t items = m_blocks * heads;
     if (items == 0) continue;
     const dim3 grid(static_cast<unsigned>(persistent ? std::min(items, persistent_blocks(slots)) : items));
-    if (dependent_launch && first == 0) {  // later launches follow this kernel's launches
-      cudaLaunchConfig_t config = {};
-      config.gridDim = grid;
-      config.blockDim = dim3(static_cast<unsigned>(threads));
-      config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
-      config.stream = stream;
-      cudaLaunchAttribute attribute[1];
-      attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attribute[0].val.programmaticStreamSerializationAllowed = 1;
-      config.attrs = attribute;
-      config.numAttrs = 1;
-      check_cuda(cudaLaunchKernelEx(&config, kernel, p), what);
-    } else {
-      kernel<<<grid, threads, smem_bytes, stream>>>(p);
-    }
+    LaunchShape shape{grid, dim3(static_cast<unsigned>(threads)),
+                      static_cast<std::size_t>(smem_bytes)};
+    shape.dependent = dependent_launch && first == 0;  // later launches follow this kernel's
+    launch_kernel(shape, stream, kernel, what, p);
     check_launch(what);
   }
 }
