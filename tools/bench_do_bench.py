@@ -7,15 +7,20 @@ for both. flashpp is called through its C API (libflashpp.so, ctypes, views buil
   python3 tools/bench_do_bench.py --lib build-gpu/libflashpp.so [--dims 64,128] [--seqlens 4096,16384]
       [--dtypes fp16,bf16] [--fwd-only] [--peers flash,cudnn] [--alt sm80=env:FLASHPP_CUDA_FAMILY=sm80]
       [--dropout 0.1 --alt p0=opt:dropout_p=0] [--alt base=other/libflashpp.so[+env:VAR=VALUE]]
-      [--shape B,Hq,Hkv,Nq,Nk,D]...
+      [--shape B,Hq,Hkv,Nq,Nk,D]... [--repeats K]
 
 B=4, Hq=32 (B=2 at N=16384, as the Hopper issues state); --shape adds other problems (GQA, Nq != Nk).
 --interleaved ROUNDS times the same calls with gpu_compare.py's method instead (GPU time, one call
 of each provider per round in balanced orders, median over at least ROUNDS rounds): the
-interleaved figures for shapes gpu_compare.py's fixed grid does not have.
+interleaved figures for shapes gpu_compare.py's fixed grid does not have. --repeats K times each
+provider K times with do_bench, in rotated orders, and keeps the median: a GPU at its power limit
+(an H200 under seconds of attention reaches 700 W and drops from 1980 to ~1500-1600 MHz) reads
+differently at different moments of that drift, and one do_bench per provider puts each provider
+at one moment of it.
 """
 import argparse
 import os
+import statistics
 import sys
 
 import torch
@@ -56,39 +61,46 @@ def make_problem(B, Hq, Hkv, Nq, Nk, D, dtype):
     return q, k, v, o, lse, do, dq, dk, dv
 
 
-def bench(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd):
+def bench(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd, repeats=1):
+    """do_bench's median of each provider's calls; with repeats > 1 each provider is timed that many
+    times, the providers in a rotated order each time, and the median of its medians is kept (under
+    sustained load a GPU at its power limit lowers its clock by 20% or more within seconds, so a
+    provider timed once, at one moment of that drift, can read several percent off; session 38)."""
     q, k, v, o, lse, do, dq, dk, dv = make_problem(B, Hq, Hkv, Nq, Nk, D, dtype)
-    res = {}
     ffl = flops_fwd(B, Hq, Nq, Nk, D, causal)
+    fns = {}  # (direction, provider) -> callable
     for name, lib in libs.items():
         opts = base_library(lib).options(causal)
         if do_fwd:
-            fn = lib.bound("fwd", (q, k, v, o, lse), opts)
-            res[("fwd", name)] = ffl / triton.testing.do_bench(fn, return_mode="median") / 1e9
+            fns[("fwd", name)] = lib.bound("fwd", (q, k, v, o, lse), opts)
         if do_bwd:
             lib.bound("fwd", (q, k, v, o, lse), opts)()
-            fn = lib.bound("bwd", (q, k, v, o, lse, do, dq, dk, dv), opts)
-            res[("bwd", name)] = 2.5 * ffl / triton.testing.do_bench(fn, return_mode="median") / 1e9
+            fns[("bwd", name)] = lib.bound("bwd", (q, k, v, o, lse, do, dq, dk, dv), opts)
     gqa = Hq != Hkv
     qt = q.transpose(1, 2).detach().requires_grad_(do_bwd)
     kt, vt = (x.transpose(1, 2).detach().requires_grad_(do_bwd) for x in (k, v))
     dot = do.transpose(1, 2)
     for name in peers:
+        def fwd(backend=PEERS[name]):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa,
+                                                      dropout_p=gpu_compare.DROPOUT)
         try:
-            with sdpa_kernel(PEERS[name]):
-                def fwd():
-                    return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa,
-                                                          dropout_p=gpu_compare.DROPOUT)
-                out = fwd()
-                if do_fwd:
-                    res[("fwd", name)] = ffl / triton.testing.do_bench(fwd, return_mode="median") / 1e9
-                if do_bwd:
-                    def bwd():
-                        return torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True)
-                    res[("bwd", name)] = 2.5 * ffl / triton.testing.do_bench(bwd, return_mode="median") / 1e9
+            out = fwd()
         except RuntimeError as e:
             print(f"  {name} unavailable: {str(e).splitlines()[0][:100]}", flush=True)
-    return res
+            continue
+        if do_fwd:
+            fns[("fwd", name)] = fwd
+        if do_bwd:
+            fns[("bwd", name)] = lambda out=out: torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True)
+    times = {key: [] for key in fns}
+    keys = list(fns)
+    for r in range(repeats):
+        for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+            times[key].append(triton.testing.do_bench(fns[key], return_mode="median"))
+    return {key: (ffl if key[0] == "fwd" else 2.5 * ffl) / statistics.median(ms) / 1e9
+            for key, ms in times.items()}
 
 
 def bench_interleaved(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd, rounds):
@@ -138,6 +150,8 @@ def main():
                     metavar="NAME=env:VAR=VALUE|opt:FIELD=VALUE|PATH[+env:...|+opt:...]")
     ap.add_argument("--dropout", type=float, default=0.0, help="for ours and the peers")
     ap.add_argument("--shape", action="append", default=[], metavar="B,Hq,Hkv,Nq,Nk,D")
+    ap.add_argument("--repeats", type=int, default=1, metavar="K",
+                    help="time each provider K times in rotated orders, keep the median (do_bench only)")
     ap.add_argument("--interleaved", type=int, default=0, metavar="ROUNDS",
                     help="time with gpu_compare.py's interleaved rounds instead of do_bench")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -157,7 +171,8 @@ def main():
     print(f"flashpp kernels: {fp.kernel_families()}", flush=True)
     names = list(libs) + peers
     method = (f"interleaved GPU time (gpu_compare.time_interleaved, {args.interleaved} rounds)"
-              if args.interleaved else "do_bench")
+              if args.interleaved else
+              "do_bench" + (f" ({args.repeats} per provider, rotated; median of medians)" if args.repeats > 1 else ""))
     lines = [f"{method} medians, TFLOPS; GPU {torch.cuda.get_device_name()}, torch {torch.__version__}"]
     head = f"{'dir':3} {'dtype':5} {'B,Hq,Hkv,Nq,Nk,D':>24} {'causal':>6} | " + \
         " ".join(f"{n:>8}" for n in names) + " | " + " ".join(f"{'ours/' + p:>11}" for p in peers)
@@ -168,7 +183,8 @@ def main():
                     res = bench_interleaved(libs, peers, *prob, causal, dtypes[dname], not args.bwd_only,
                                             not args.fwd_only, args.interleaved)
                 else:
-                    res = bench(libs, peers, *prob, causal, dtypes[dname], not args.bwd_only, not args.fwd_only)
+                    res = bench(libs, peers, *prob, causal, dtypes[dname], not args.bwd_only, not args.fwd_only,
+                                args.repeats)
                 for d in ("fwd", "bwd"):
                     if (d, "ours") not in res:
                         continue
