@@ -61,21 +61,18 @@ def make_problem(B, Hq, Hkv, Nq, Nk, D, dtype):
     return q, k, v, o, lse, do, dq, dk, dv
 
 
-def bench(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd, repeats=1):
-    """do_bench's median of each provider's calls; with repeats > 1 each provider is timed that many
-    times, the providers in a rotated order each time, and the median of its medians is kept (under
-    sustained load a GPU at its power limit lowers its clock by 20% or more within seconds, so a
-    provider timed once, at one moment of that drift, can read several percent off; session 38)."""
+def provider_calls(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_bwd):
+    """One problem's calls: {"fwd": {provider: fn}, "bwd": {provider: fn}} (the backward ones only
+    with do_bwd) and the forward's FLOPs. Our libraries' backwards read o and lse of one of our
+    forwards; a peer's backward differentiates that peer's forward output."""
     q, k, v, o, lse, do, dq, dk, dv = make_problem(B, Hq, Hkv, Nq, Nk, D, dtype)
-    ffl = flops_fwd(B, Hq, Nq, Nk, D, causal)
-    fns = {}  # (direction, provider) -> callable
+    calls = {"fwd": {}, "bwd": {}}
     for name, lib in libs.items():
         opts = base_library(lib).options(causal)
-        if do_fwd:
-            fns[("fwd", name)] = lib.bound("fwd", (q, k, v, o, lse), opts)
+        calls["fwd"][name] = lib.bound("fwd", (q, k, v, o, lse), opts)
         if do_bwd:
-            lib.bound("fwd", (q, k, v, o, lse), opts)()
-            fns[("bwd", name)] = lib.bound("bwd", (q, k, v, o, lse, do, dq, dk, dv), opts)
+            calls["bwd"][name] = lib.bound("bwd", (q, k, v, o, lse, do, dq, dk, dv), opts)
+    calls["fwd"]["ours"]()  # o and lse for every library's backward
     gqa = Hq != Hkv
     qt = q.transpose(1, 2).detach().requires_grad_(do_bwd)
     kt, vt = (x.transpose(1, 2).detach().requires_grad_(do_bwd) for x in (k, v))
@@ -90,49 +87,34 @@ def bench(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd, rep
         except RuntimeError as e:
             print(f"  {name} unavailable: {str(e).splitlines()[0][:100]}", flush=True)
             continue
-        if do_fwd:
-            fns[("fwd", name)] = fwd
+        calls["fwd"][name] = fwd
         if do_bwd:
-            fns[("bwd", name)] = lambda out=out: torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True)
-    times = {key: [] for key in fns}
-    keys = list(fns)
+            calls["bwd"][name] = lambda out=out: torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True)
+    return calls, flops_fwd(B, Hq, Nq, Nk, D, causal)
+
+
+def bench(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd, repeats=1):
+    """do_bench's median of each provider's calls; with repeats > 1 each provider is timed that many
+    times, the providers in a rotated order each time, and the median of its medians is kept (under
+    sustained load a GPU at its power limit lowers its clock by 20% or more within seconds, so a
+    provider timed once, at one moment of that drift, can read several percent off; session 38)."""
+    calls, ffl = provider_calls(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_bwd)
+    keys = [(d, name) for d, wanted in (("fwd", do_fwd), ("bwd", do_bwd)) if wanted for name in calls[d]]
+    times = {key: [] for key in keys}
     for r in range(repeats):
-        for key in keys[r % len(keys):] + keys[:r % len(keys)]:
-            times[key].append(triton.testing.do_bench(fns[key], return_mode="median"))
+        for d, name in keys[r % len(keys):] + keys[:r % len(keys)]:
+            times[(d, name)].append(triton.testing.do_bench(calls[d][name], return_mode="median"))
     return {key: (ffl if key[0] == "fwd" else 2.5 * ffl) / statistics.median(ms) / 1e9
             for key, ms in times.items()}
 
 
 def bench_interleaved(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_fwd, do_bwd, rounds):
     """bench's problem and providers, timed by gpu_compare.time_interleaved (GPU time)."""
-    q, k, v, o, lse, do, dq, dk, dv = make_problem(B, Hq, Hkv, Nq, Nk, D, dtype)
-    ffl = flops_fwd(B, Hq, Nq, Nk, D, causal)
-    fwd_fns, bwd_fns = {}, {}
-    for name, lib in libs.items():
-        opts = base_library(lib).options(causal)
-        fwd_fns[name] = lib.bound("fwd", (q, k, v, o, lse), opts)
-        bwd_fns[name] = lib.bound("bwd", (q, k, v, o, lse, do, dq, dk, dv), opts)
-    fwd_fns["ours"]()  # o and lse for every library's backward
-    gqa = Hq != Hkv
-    qt = q.transpose(1, 2).detach().requires_grad_(do_bwd)
-    kt, vt = (x.transpose(1, 2).detach().requires_grad_(do_bwd) for x in (k, v))
-    dot = do.transpose(1, 2)
-    for name in peers:
-        def fwd(backend=PEERS[name]):
-            with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa,
-                                                      dropout_p=gpu_compare.DROPOUT)
-        try:
-            out = fwd()
-        except RuntimeError as e:
-            print(f"  {name} unavailable: {str(e).splitlines()[0][:100]}", flush=True)
-            continue
-        fwd_fns[name] = fwd
-        bwd_fns[name] = lambda out=out: torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True)
+    calls, ffl = provider_calls(libs, peers, B, Hq, Hkv, Nq, Nk, D, causal, dtype, do_bwd)
     res = {}
-    for d, fns, flops, wanted in (("fwd", fwd_fns, ffl, do_fwd), ("bwd", bwd_fns, 2.5 * ffl, do_bwd)):
+    for d, flops, wanted in (("fwd", ffl, do_fwd), ("bwd", 2.5 * ffl, do_bwd)):
         if wanted:
-            for name, ms in gpu_compare.time_interleaved(fns, rounds=rounds).items():
+            for name, ms in gpu_compare.time_interleaved(calls[d], rounds=rounds).items():
                 res[(d, name)] = flops / ms / 1e9
     return res
 
