@@ -899,16 +899,22 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
       FLASHPP_FWD_STAMP(items_done, role, k0_ready, clock64());
       turns.wait();
       FLASHPP_FWD_STAMP(items_done, role, turn0, clock64());
+      // The tile's S over its first kKeys keys (`keys`), issued in this warpgroup's turn and
+      // waited for; then its K buffer goes back to the producer.
+      auto first_scores = [&](auto& s, auto keys) {
+        constexpr int kKeys = decltype(keys)::value;
+        issue_scores<Traits, kKeys>(s[0], smem, consumer, stage_of(lead));
+        turns.pass(false);
+        ptx::wgmma_wait<0>();
+        FLASHPP_FWD_STAMP(items_done, role, s0_done, clock64());
+        ptx::fence_registers(reinterpret_cast<float(&)[kKeys / 2]>(s));
+        release_buffer(smem.k_empty(stage_of(lead)), lane);
+      };
       if (half_first) {
         if constexpr (kHalfFirstTile<Traits, kExtras, kWalk>) {
           using Half = HalfKeyTraits<Traits>;
           float s[1][Half::kNTiles][4];
-          issue_scores<Traits, Half::kBlockN>(s[0], smem, consumer, stage_of(lead));
-          turns.pass(false);
-          ptx::wgmma_wait<0>();
-          FLASHPP_FWD_STAMP(items_done, role, s0_done, clock64());
-          ptx::fence_registers(reinterpret_cast<float(&)[Half::kBlockN / 2]>(s));
-          release_buffer(smem.k_empty(stage_of(lead)), lane);
+          first_scores(s, std::integral_constant<int, Half::kBlockN>{});
           const std::int64_t n0 = (own.end - 1) * Traits::kBlockN;
           if constexpr (kMaskBits<Traits, kWalk>) {
             apply_mask_bits<Half>(s, tile_visibility<Half>(p, row0, n0, lane));
@@ -924,12 +930,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
         }
       } else {
         float s[1][Traits::kNTiles][4];
-        issue_scores<Traits>(s[0], smem, consumer, stage_of(lead));
-        turns.pass(false);
-        ptx::wgmma_wait<0>();
-        FLASHPP_FWD_STAMP(items_done, role, s0_done, clock64());
-        ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
-        release_buffer(smem.k_empty(stage_of(lead)), lane);
+        first_scores(s, std::integral_constant<int, Traits::kBlockN>{});
         softmax_steps(s, own.end - 1, std::true_type{});  // O is still zero: no rescale
         prepare_p(s[0]);
       }
