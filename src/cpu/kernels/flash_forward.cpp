@@ -14,10 +14,9 @@
 // horizontal reductions), Q^T is transposed once per task instead of K once per tile product,
 // and both products read K and V as rows (see tile_gemm.hpp).
 #include <atomic>
-#include <cmath>
-#include <limits>
 
 #include "../cpu_backend.hpp"
+#include "../forward_output.hpp"
 #include "../tile_config.hpp"
 #include "../tile_dropout.hpp"
 #include "../tile_gemm.hpp"
@@ -49,28 +48,6 @@ struct ForwardScratch {
   ScratchTile m, l, alpha;
   ScratchTile row;    // one converted row
 };
-
-// After the last key tile: O /= l and lse = m ln 2 + log l (m is in base-2 units); a row that
-// saw no key gets O = 0 and lse = -inf.
-void finalize_and_store(const detail::ForwardArgs& a, std::int64_t b, std::int64_t h,
-                        std::int64_t i0, std::int64_t q_rows, ForwardScratch& s) {
-  const std::int64_t D = a.problem.D;
-  float* o = s.o.get();
-  const float* m = s.m.get();
-  const float* l = s.l.get();
-  for (std::int64_t r = 0; r < q_rows; ++r) {
-    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    convert_from_f32(o + r * D, D, a.o.dtype,
-                     element_ptr_mut(a.o, detail::offset4(a.o, b, i0 + r, h, 0)), inv);
-  }
-  if (a.write_lse && a.lse.data != nullptr) {
-    float* lse = static_cast<float*>(a.lse.data);
-    for (std::int64_t r = 0; r < q_rows; ++r) {
-      lse[detail::offset3(a.lse, b, h, i0 + r)] =
-          l[r] > 0.0f ? m[r] * kLn2 + std::log(l[r]) : -std::numeric_limits<float>::infinity();
-    }
-  }
-}
 
 void forward_query_tile(const detail::ForwardArgs& a, std::int64_t b, std::int64_t h,
                         std::int64_t i0, std::int64_t query_tile, ForwardScratch& s) {
@@ -123,7 +100,7 @@ void forward_query_tile(const detail::ForwardArgs& a, std::int64_t b, std::int64
     tile_gemm<ALayout::col_major>(q_rows, D, kv_rows, st, kQueryLd, v, D, s.o.get(), D,
                                   true);
   }
-  finalize_and_store(a, b, h, i0, q_rows, s);
+  store_forward_rows(a, b, h, i0, q_rows, s.o.get(), a.problem.D, s.m.get(), s.l.get());
 }
 
 }  // namespace

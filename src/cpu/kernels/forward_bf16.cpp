@@ -22,15 +22,14 @@
 // kernels do).
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <memory>
 
 #include "../bf16_pack.hpp"
 #include "../bf16_product.hpp"
 #include "../cpu_backend.hpp"
+#include "../forward_output.hpp"
 #include "../tile_dropout.hpp"
 #include "../tile_io.hpp"
 #include "../tile_scratch.hpp"
@@ -203,18 +202,7 @@ void forward_query_tile(const detail::ForwardArgs& a, const PackedKv& pk, std::i
     bf16_tile_product(m_rows, Dp, kKeys, pb, kKeys, pk.v(bhk, t), Dp, o, Dp, true);
   }
 
-  for (std::int64_t r = 0; r < q_rows; ++r) {
-    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    convert_from_f32(o + r * Dp, D, a.o.dtype,
-                     element_ptr_mut(a.o, detail::offset4(a.o, b, i0 + r, h, 0)), inv);
-  }
-  if (a.write_lse && a.lse.data != nullptr) {
-    float* lse = static_cast<float*>(a.lse.data);
-    for (std::int64_t r = 0; r < q_rows; ++r) {
-      lse[detail::offset3(a.lse, b, h, i0 + r)] =
-          l[r] > 0.0f ? m[r] * kLn2 + std::log(l[r]) : -std::numeric_limits<float>::infinity();
-    }
-  }
+  store_forward_rows(a, b, h, i0, q_rows, o, Dp, m, l);
 }
 
 }  // namespace
