@@ -402,54 +402,6 @@ TEST(ForwardSm90Small, SplitWalk) {
   });
 }
 
-// The pairs walk (FLASHPP_SM90_FWD_MULTICAST=1; kernel.cuh, WalkKind::pairs): unmasked D=128
-// calls in clusters of two blocks on neighbouring query tiles, each block copying half of every
-// K/V tile into both blocks' buffers. Each case against the float64 oracle with O poisoned (the
-// runner). `clusters`: PersistentBlocks' count, which caps clusters on this walk ("" = as many as
-// the GPU holds at once).
-struct PairsCase {
-  AttentionCase c;
-  const char* clusters;
-};
-
-void expect_pairs_walk_cases(const std::vector<PairsCase>& cases) {
-  const FamilyGuard guard("sm90");
-  const gpu_test::ScopedEnv multicast("FLASHPP_SM90_FWD_MULTICAST", "1");
-  for (const PairsCase& k : cases) {
-    const PersistentBlocks persistent(k.clusters);
-    SCOPED_TRACE(k.c.describe() + " clusters '" + k.clusters + "'");
-    gpu_test::expect_forward_matches_oracle(k.c, test::make_inputs(k.c));
-    if (::testing::Test::HasFailure()) return;
-  }
-}
-
-// Few clusters, so that each walks several pairs and the shared ring wraps (also the sanitizer's
-// shapes): an odd number of query tiles (the last pair's second block has no rows and still
-// copies its half), a partial last key tile, GQA, Nq != Nk both ways, a head dim rounded up to
-// 128, one key.
-TEST(ForwardSm90Small, PairsWalk) {
-  FLASHPP_SKIP_WITHOUT_GPU();
-  if (!device_is_sm90()) GTEST_SKIP() << "the sm90 family runs on compute capability 9.0 only";
-  expect_pairs_walk_cases({
-      // 5 query tiles (520 = 4 x 128 + 8) x 4 heads, 8 key tiles (1000 = 7 x 128 + 104), GQA 4:2.
-      {make_case(1, 520, 1000, 4, 2, 128, DType::bf16, Layout::bnhd), "2"},
-      // 3 query tiles x 3 heads on one cluster; fp16, [B, H, N, D].
-      {make_case(1, 300, 300, 3, 3, 128, DType::f16, Layout::bhnd), "1"},
-      // 2 query tiles (the second holds one row), D=120 in the 128 tile, 2 key tiles.
-      {make_case(2, 129, 130, 2, 1, 120, DType::bf16, Layout::bnhd), "3"},
-      {make_case(1, 700, 1, 2, 2, 128, DType::f16, Layout::bnhd), "2"},
-      {make_case(1, 257, 2100, 2, 1, 128, DType::bf16, Layout::bhnd), "1"},
-  });
-}
-
-// The default grid: 18 x 4 = 72 pairs of tiles (35 tiles a head, the last pair's second block
-// without rows) on as many clusters as the GPU holds at once.
-TEST(ForwardSm90Pairs, DefaultGrid) {
-  FLASHPP_SKIP_WITHOUT_GPU();
-  if (!device_is_sm90()) GTEST_SKIP() << "the sm90 family runs on compute capability 9.0 only";
-  expect_pairs_walk_cases({{make_case(1, 4400, 600, 4, 2, 128, DType::bf16, Layout::bnhd), ""}});
-}
-
 // The split walk in a CUDA graph: its flags are zeroed by a memset node in every replay, and its
 // workspace is flashpp's own (a graph memory node) or the caller's. Each replay, with O poisoned
 // before it, must give the eager call's O and lse bit for bit (the pieces and the merge run in

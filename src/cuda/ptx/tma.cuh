@@ -69,22 +69,6 @@ __device__ __forceinline__ void tma_load_4d(void* smem, const CUtensorMap* map, 
 #endif
 }
 
-// tma_load_4d's box delivered to every block of the cluster in `cta_mask` (bit r: the block of
-// rank r), at the same shared-memory offset as `smem` in each, completing on the mbarrier at the
-// same offset as `bar` in each: one read of global memory (and of L2) for several blocks.
-__device__ __forceinline__ void tma_load_4d_multicast(void* smem, const CUtensorMap* map, int c0,
-                                                      int c1, int c2, int c3, std::uint64_t* bar,
-                                                      std::uint16_t cta_mask) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const std::int32_t coords[4] = {c0, c1, c2, c3};
-  ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global, smem, map,
-                                    coords, bar, cta_mask);
-#else
-  (void)smem, (void)map, (void)c0, (void)c1, (void)c2, (void)c3, (void)bar, (void)cta_mask;
-  __trap();
-#endif
-}
-
 // `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared; completes on bar.
 __device__ __forceinline__ void bulk_load(void* smem, const void* gmem, std::uint32_t bytes,
                                           std::uint64_t* bar) {

@@ -3,9 +3,7 @@
 // A work item is one query tile (64 rows per consumer warpgroup) of one (batch, head). The grid is
 // persistent: one block per SM, each taking items blockIdx.x, blockIdx.x + gridDim.x, ... without a
 // mask (at D=128 with long items and a partial last round, the split walk: the last rounds' items
-// cut over their key tiles, split_walk.hpp; or, FLASHPP_SM90_FWD_MULTICAST, the pairs walk: a
-// cluster of two blocks on neighbouring query tiles of one head, each copying half of every K and
-// V tile into both blocks' buffers), and the items of a snake walk under one (ItemWalk;
+// cut over their key tiles, split_walk.hpp), and the items of a snake walk under one (ItemWalk;
 // FLASHPP_SM90_FWD_WALK and FLASHPP_SM90_FWD_PERSISTENT=0 give one block per item instead). Its
 // warpgroups take two roles:
 //   producer (warpgroup 0, one thread): per item, loads the Q tile, then streams K and V tiles
@@ -41,7 +39,6 @@
 #include "../../common/forward_steps.cuh"
 #include "../../common/swizzle.cuh"
 #include "../../common/tile_range.hpp"
-#include "../../ptx/cluster.cuh"
 #include "../../ptx/tma.cuh"
 #include "../../ptx/mbarrier.cuh"
 #include "../../ptx/warpgroup.cuh"
@@ -287,19 +284,7 @@ inline constexpr bool kSpeculates =
 //   split    the stride walk for all rounds but the last two, whose items are cut over their key
 //            tiles into equal runs (split_walk.hpp). The persistent grid without a mask where the
 //            last round is partial (launch.cuh, split_walk_plan).
-//   pairs    the stride walk of clusters of two blocks (cluster c of C takes positions c, c + C,
-//            ...), a position being a pair of neighbouring query tiles of one head, one tile per
-//            block; the two blocks share the K/V tiles (kSharedKV). Without a mask (the key tiles of
-//            both are the same), at D=128 (launch.cuh, pair_walk_call).
-enum class WalkKind : int { stride = 0, snake = 1, split = 2, pairs = 3 };
-
-// Whether the blocks of a cluster share their K/V tiles: each block's producer copies half of each
-// tile's 64-column panels by TMA multicast into both blocks' buffers (the same stage in both: the
-// two blocks walk the same key tiles in the same order), so that L2 delivers every K/V byte once
-// per pair of query tiles. A buffer is free again once the consumers of both blocks have released
-// it (release_kv), since the peer's copy writes it too.
-template <WalkKind kWalk>
-inline constexpr bool kSharedKV = kWalk == WalkKind::pairs;
+enum class WalkKind : int { stride = 0, snake = 1, split = 2 };
 
 // The work item of this block: which query tile of which (batch, head), and its key tiles.
 struct ForwardTile {
@@ -324,19 +309,7 @@ __device__ __forceinline__ ForwardTile forward_tile(const Sm90ForwardParams& par
   t.b = t.bh / p.q_heads;
   t.h = t.bh % p.q_heads;
   t.h_kv = t.h / p.heads_per_kv;
-  // The pairs walk's positions are pairs of query tiles (q_tiles counts pairs): this block takes
-  // the pair's tile of its cluster rank. A call with an odd number of tiles leaves the rank-1 block
-  // of its last pair without one: it takes the pair's other tile's key tiles (the same without a
-  // mask) with no rows (m0 = Nq), so that its producer still copies its half of them.
-  bool no_rows = false;
-  std::int64_t rank = item.rank;
-  if constexpr (kWalk == WalkKind::pairs) {
-    rank = 2 * item.rank + (blockIdx.x & 1);
-    no_rows = rank >= params.q_tiles;
-    if (no_rows) --rank;
-  }
-  const std::int64_t tiles = kWalk == WalkKind::pairs ? params.q_tiles : q_tiles;
-  t.m0 = (tiles - 1 - rank) * Traits::kBlockM;
+  t.m0 = (q_tiles - 1 - item.rank) * Traits::kBlockM;
   std::int64_t first_row = t.m0;
   if constexpr (kWalk == WalkKind::snake) {  // the first tile's first warpgroups: no rows
     t.m0 -= params.q_tile_shift;
@@ -344,7 +317,6 @@ __device__ __forceinline__ ForwardTile forward_tile(const Sm90ForwardParams& par
   }
   t.m_end = t.m0 + Traits::kBlockM < p.q_len ? t.m0 + Traits::kBlockM : p.q_len;
   t.keys = key_tile_range(p.mask, p.k_len, first_row, t.m_end, Traits::kBlockN);
-  if (no_rows) t.m0 = t.m_end = p.q_len;
   return t;
 }
 
@@ -437,11 +409,6 @@ struct ItemWalk {
     if constexpr (kWalk == WalkKind::stride) {
       for (std::int64_t linear = blockIdx.x; linear < items; linear += gridDim.x, ++items_done)
         body(linear, items_done);
-    } else if constexpr (kWalk == WalkKind::pairs) {
-      // Both blocks of a cluster (blocks 2c and 2c + 1) take the cluster's positions.
-      const std::int64_t cluster = blockIdx.x / 2, clusters = gridDim.x / 2;
-      for (std::int64_t linear = cluster; linear < items; linear += clusters, ++items_done)
-        body(linear, items_done);
     } else if constexpr (kWalk == WalkKind::split) {
       // One loop (one copy of the body): the whole items, then the run's pieces last item first.
       const std::int64_t whole = ticket < plan.whole_items
@@ -503,12 +470,10 @@ __device__ __forceinline__ bool claim_q_slot(const Storage& smem, const ForwardT
 
 // The copies of one item. `items_done`: items this block finished
 // before (the Q tile's turn); `ring`: K/V tiles this block loaded before (the ring position,
-// advanced here). Every item completes q_full once (an item without keys, or without rows, with a
-// plain arrival), after the consumers released the previous item's Q tile; kHandOff: and hands
-// the item to the consumers with it (ItemHandoff). kShared (kSharedKV): this block copies its half
-// of each K and V tile's panels into both blocks of its cluster, and each block's full barrier
-// counts the whole tile (its own half and the peer's).
-template <typename Traits, bool kHandOff, bool kShared = false>
+// advanced here). Every item completes q_full once (an item without keys with a plain arrival),
+// after the consumers released the previous item's Q tile; kHandOff: and hands the item to the
+// consumers with it (ItemHandoff).
+template <typename Traits, bool kHandOff>
 __device__ __forceinline__ void load_item(const Sm90ForwardParams& params,
                                           const SharedStorage<Traits>& smem,
                                           const ForwardTile& tile, int items_done, int& ring) {
@@ -516,33 +481,12 @@ __device__ __forceinline__ void load_item(const Sm90ForwardParams& params,
   const int b = static_cast<int>(tile.b);
   const int num_tiles = static_cast<int>(tile.keys.end - tile.keys.begin);
   auto load_q = [&] {
-    const bool no_rows = kShared && tile.m0 >= params.args.q_len;  // the pairs walk's (forward_tile)
-    if (!claim_q_slot<kHandOff>(smem, tile, items_done, no_rows ? 0 : num_tiles)) return;
+    if (!claim_q_slot<kHandOff>(smem, tile, items_done, num_tiles)) return;
     mbarrier_expect_bytes(smem.q_full(), Traits::QTile::kBytes);
 #pragma unroll
     for (int panel = 0; panel < Traits::kPanels; ++panel) {
       tma_load_4d(reinterpret_cast<unsigned char*>(smem.q()) + panel * Traits::kQPanelBytes,
                   &params.q_map, panel * 64, static_cast<int>(tile.m0), h, b, smem.q_full());
-    }
-  };
-  // Key tile n0's K or V (`map`) into `buffer`, completing on `full`.
-  auto load_kv = [&](const CUtensorMap* map, void* buffer, std::uint64_t* full, int n0) {
-    mbarrier_expect_bytes(full, Traits::KVTile::kBytes);
-    if constexpr (kShared) {
-      static_assert(Traits::kPanels % 2 == 0, "each block of a pair copies half the panels");
-      constexpr int kHalf = Traits::kPanels / 2;
-      const int first = kHalf * static_cast<int>(ptx::cluster_rank());
-#pragma unroll
-      for (int panel = first; panel < first + kHalf; ++panel) {
-        tma_load_4d_multicast(static_cast<unsigned char*>(buffer) + panel * Traits::kKVPanelBytes,
-                              map, panel * 64, n0, h_kv, b, full, 0b11);
-      }
-    } else {
-#pragma unroll
-      for (int panel = 0; panel < Traits::kPanels; ++panel) {
-        tma_load_4d(static_cast<unsigned char*>(buffer) + panel * Traits::kKVPanelBytes, map,
-                    panel * 64, n0, h_kv, b, full);
-      }
     }
   };
   if (num_tiles == 0) load_q();
@@ -551,25 +495,22 @@ __device__ __forceinline__ void load_item(const Sm90ForwardParams& params,
     const int stage = slot % Traits::kStages;
     wait_buffer_empty(smem.k_empty(stage), Traits::kStages, slot);
     const int n0 = static_cast<int>((tile.keys.end - 1 - j) * Traits::kBlockN);
-    load_kv(&params.k_map, smem.k(stage), smem.k_full(stage), n0);
+    mbarrier_expect_bytes(smem.k_full(stage), Traits::KVTile::kBytes);
+#pragma unroll
+    for (int panel = 0; panel < Traits::kPanels; ++panel) {
+      tma_load_4d(reinterpret_cast<unsigned char*>(smem.k(stage)) + panel * Traits::kKVPanelBytes,
+                  &params.k_map, panel * 64, n0, h_kv, b, smem.k_full(stage));
+    }
     if (j == 0) load_q();  // the first K tile may load while the previous item's Q is in use
     wait_buffer_empty(smem.v_empty(stage), Traits::kStages, slot);
-    load_kv(&params.v_map, smem.v(stage), smem.v_full(stage), n0);
+    mbarrier_expect_bytes(smem.v_full(stage), Traits::KVTile::kBytes);
+#pragma unroll
+    for (int panel = 0; panel < Traits::kPanels; ++panel) {
+      tma_load_4d(reinterpret_cast<unsigned char*>(smem.v(stage)) + panel * Traits::kKVPanelBytes,
+                  &params.v_map, panel * 64, n0, h_kv, b, smem.v_full(stage));
+    }
   }
   ring += num_tiles;
-}
-
-// The end of a block whose K/V buffers the other block of its cluster shares (kSharedKV), after
-// `loaded` K/V tiles: waits until the consumers of both blocks have released each buffer's last
-// tile. Then neither the peer's copies nor its consumers' arrivals (release_kv) can still reach
-// this block's shared memory, and the block may leave (without a cluster barrier at the end,
-// which cost the pairs kernel 12 bytes of spills).
-template <typename Traits>
-__device__ __forceinline__ void wait_ring_released(const SharedStorage<Traits>& smem, int loaded) {
-  for (int slot = loaded; slot < loaded + Traits::kStages; ++slot) {
-    wait_buffer_empty(smem.k_empty(slot % Traits::kStages), Traits::kStages, slot);
-    wait_buffer_empty(smem.v_empty(slot % Traits::kStages), Traits::kStages, slot);
-  }
 }
 
 // The producer's walk over a block's items (this kernel's and the FP8 forward's): load(tile,
@@ -728,30 +669,13 @@ __device__ __forceinline__ void release_buffer(std::uint64_t* empty, int lane) {
   if (lane == 0) ptx::mbarrier_arrive(empty);
 }
 
-// A K or V buffer is free again (release_buffer); kShared (kSharedKV): in both blocks of the
-// cluster, whose producers both copy into it (the peer's barrier of the same buffer takes this
-// warp's arrival too).
-template <bool kShared>
-__device__ __forceinline__ void release_kv(std::uint64_t* empty, int lane) {
-  if constexpr (kShared) {
-    __syncwarp();
-    if (lane == 0) {
-      ptx::mbarrier_arrive(empty);
-      ptx::remote_arrive(ptx::cluster_address(empty, ptx::cluster_rank() ^ 1u));
-    }
-  } else {
-    release_buffer(empty, lane);
-  }
-}
-
 // The block's key tiles [from, to) of an item (j counted as the producer loads them, from the
 // last key tile) that this warpgroup does not multiply: the protocol of a working consumer
 // (consumer_item) without the products, so that the ring of K/V buffers and the rotation of turns
 // stay in step: each buffer released once its copy has completed (not before: an early arrival
 // would count towards the previous use of the buffer), one turn taken and passed per tile.
-// `ring`: the item's first ring position (as in consumer_item; not advanced here). kShared:
-// kSharedKV.
-template <typename Traits, bool kShared, typename Turns>
+// `ring`: the item's first ring position (as in consumer_item; not advanced here).
+template <typename Traits, typename Turns>
 __device__ __forceinline__ void skip_tiles(const SharedStorage<Traits>& smem, const Turns& turns,
                                            int from, int to, int ring, int lane) {
   for (int j = from; j < to; ++j) {
@@ -761,18 +685,18 @@ __device__ __forceinline__ void skip_tiles(const SharedStorage<Traits>& smem, co
     mbarrier_wait(smem.v_full(stage), phase);
     turns.wait();
     turns.pass(false);
-    release_kv<kShared>(smem.k_empty(stage), lane);
-    release_kv<kShared>(smem.v_empty(stage), lane);
+    release_buffer(smem.k_empty(stage), lane);
+    release_buffer(smem.v_empty(stage), lane);
   }
 }
 
 // One item of a consumer warpgroup without rows (past the last row, or before row 0 with
 // q_tile_shift): no products and nothing written; every tile skipped, the Q tile released, and
 // the turn a working consumer takes for its last P V. `ring` as for load_item (advanced here).
-template <typename Traits, bool kShared, typename Turns>
+template <typename Traits, typename Turns>
 __device__ __forceinline__ void pass_item(const SharedStorage<Traits>& smem, const Turns& turns,
                                           int num_tiles, int& ring, int lane) {
-  skip_tiles<Traits, kShared>(smem, turns, 0, num_tiles, ring, lane);
+  skip_tiles<Traits>(smem, turns, 0, num_tiles, ring, lane);
   release_buffer(smem.q_empty(), lane);
   if (num_tiles > 0) {
     turns.wait();
@@ -861,7 +785,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
   // No row of this warpgroup exists: the part-empty last tile of a call, or the first one's
   // warpgroups before row 0 (q_tile_shift).
   if (tile.m0 + consumer * 64 >= p.q_len || (kWalk == WalkKind::snake && tile.m0 + consumer * 64 < 0)) {
-    pass_item<Traits, kSharedKV<kWalk>>(smem, turns, num_tiles, ring, lane);
+    pass_item<Traits>(smem, turns, num_tiles, ring, lane);
     return;
   }
   // This warpgroup's own key tiles (a run inside the block's): its 64 rows may see fewer than the
@@ -877,7 +801,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
   // Ring slot of the block's key tile j of this item: its stage and the parity of that stage's use.
   auto stage_of = [&](int j) { return (ring + j) % Traits::kStages; };
   auto phase_of = [&](int j) { return static_cast<std::uint32_t>((ring + j) / Traits::kStages) & 1u; };
-  skip_tiles<Traits, kSharedKV<kWalk>>(smem, turns, 0, lead, ring, lane);
+  skip_tiles<Traits>(smem, turns, 0, lead, ring, lane);
   if (visible == 0) {
     if constexpr (Traits::kQFreeAfterScores) release_buffer(smem.q_empty(), lane);
     if (num_tiles > 0) {  // the turn of the last P V, as a working consumer takes it
@@ -984,7 +908,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
         ptx::wgmma_wait<0>();
         FLASHPP_FWD_STAMP(items_done, role, s0_done, clock64());
         ptx::fence_registers(reinterpret_cast<float(&)[kKeys / 2]>(s));
-        release_kv<kSharedKV<kWalk>>(smem.k_empty(stage_of(lead)), lane);
+        release_buffer(smem.k_empty(stage_of(lead)), lane);
       };
       if (half_first) {
         if constexpr (kHalfFirstTile<Traits, kExtras, kWalk>) {
@@ -1023,7 +947,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
       turns.pass(false);
       ptx::wgmma_wait<1>();  // S(j) has landed; P(j-1) V(j-1) may still run
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kBlockN / 2]>(s));
-      release_kv<kSharedKV<kWalk>>(smem.k_empty(stage), lane);
+      release_buffer(smem.k_empty(stage), lane);
       const SoftmaxCorrection<Traits> correction =
           softmax_steps(s, tile.keys.end - 1 - j, std::false_type{});
       // The softmax overlaps P V only if ptxas keeps it above the wait (perf-notes: "softmax
@@ -1035,7 +959,7 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
       }
       ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o));
       ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockN / 4]>(p_frag));
-      release_kv<kSharedKV<kWalk>>(smem.v_empty(prev_stage), lane);
+      release_buffer(smem.v_empty(prev_stage), lane);
       rescale_output<Traits, kSpeculates<Traits, kExtras>>(o, correction);
       prepare_p(s[0]);
     }
@@ -1052,8 +976,8 @@ __device__ __forceinline__ void consumer_item(const Sm90ForwardParams& params,
     FLASHPP_FWD_STAMP(items_done, role, last_pv_done, clock64());
     ptx::fence_registers(reinterpret_cast<float(&)[Traits::kHeadDim / 2]>(o));
     ptx::fence_registers(reinterpret_cast<std::uint32_t(&)[Traits::kBlockN / 4]>(p_frag));
-    release_kv<kSharedKV<kWalk>>(smem.v_empty(stage_of(last)), lane);
-    skip_tiles<Traits, kSharedKV<kWalk>>(smem, turns, lead + visible, num_tiles, ring, lane);
+    release_buffer(smem.v_empty(stage_of(last)), lane);
+    skip_tiles<Traits>(smem, turns, lead + visible, num_tiles, ring, lane);
   }
   ring += num_tiles;
 
@@ -1124,13 +1048,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   poison_dynamic_smem(smem_raw);  // test builds only (poison.cuh)
   const SharedStorage<Traits> smem{smem_raw};
-  constexpr bool kShared = kSharedKV<kWalk>;
-  // The pairs walk's positions are pairs of query tiles (forward_tile).
-  const std::int64_t positions = kWalk == WalkKind::pairs ? (params.q_tiles + 1) / 2 : params.q_tiles;
-  ItemWalk<kWalk> walk{positions * params.heads, positions, params.heads,
-                       params.args.heads_per_group * positions};
-  // Arrivals that free a K or V buffer: one per consumer warp, of both blocks where they share it.
-  constexpr unsigned kKVReaders = 4 * Traits::kConsumers * (kShared ? 2 : 1);
+  ItemWalk<kWalk> walk{params.q_tiles * params.heads, params.q_tiles, params.heads,
+                       params.args.heads_per_group * params.q_tiles};
 
   if (threadIdx.x == 0) {
     if constexpr (kWalk == WalkKind::split) *smem.ticket() = take_split_ticket(params.split_flags);
@@ -1140,17 +1059,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int s = 0; s < Traits::kStages; ++s) {
       ptx::mbarrier_init(smem.k_full(s), 1);
       ptx::mbarrier_init(smem.v_full(s), 1);
-      ptx::mbarrier_init(smem.k_empty(s), kKVReaders);
-      ptx::mbarrier_init(smem.v_empty(s), kKVReaders);
+      ptx::mbarrier_init(smem.k_empty(s), 4 * Traits::kConsumers);  // one arrival per warp
+      ptx::mbarrier_init(smem.v_empty(s), 4 * Traits::kConsumers);
     }
     ptx::fence_barrier_init();
   }
-  // kShared: the peer's barriers are initialised before its copies and arrivals reach them.
-  if constexpr (kShared) {
-    ptx::cluster_sync();
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
   if constexpr (kWalk == WalkKind::split) {
     walk.plan = params.split;
     walk.ticket = *smem.ticket();
@@ -1160,12 +1074,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (warpgroup == 0) {
     ptx::release_registers<Traits::kProducerRegisters>();
     if (threadIdx.x == 0) {
-      int loaded = 0;  // K/V tiles this block loaded
       producer_walk<Traits>(params, smem, walk, [&](const ForwardTile& tile, int items_done, int& ring) {
-        load_item<Traits, kHandOffItems<kWalk>, kShared>(params, smem, tile, items_done, ring);
-        loaded = ring;
+        load_item<Traits, kHandOffItems<kWalk>>(params, smem, tile, items_done, ring);
       });
-      if constexpr (kShared) wait_ring_released<Traits>(smem, loaded);
     }
   } else {
     ptx::claim_registers<Traits::kConsumerRegisters>();

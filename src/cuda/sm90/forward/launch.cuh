@@ -108,22 +108,19 @@ inline WalkChoice ring_safe_walk(const ForwardParams& params, int block_m, int b
 // (ptx/griddepcontrol.cuh), so that the kernel may start while the one before it on the stream
 // still runs (the FP8 forward after its V transposition pass; the kernel waits for it before
 // reading what it wrote). Later launches of a call follow the first in the ordinary way.
-// cluster = 2: the pairs walk (persistent grids only): clusters of two blocks, each cluster
-// walking pairs of query tiles (kernel.cuh, WalkKind::pairs), as many clusters as fit at once.
 template <typename Kernel>
 void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
                         Sm90ForwardParams p, std::int64_t batch_heads, cudaStream_t stream,
                         const char* what, ForwardGrid grid_kind,
-                        bool dependent_launch = false, int cluster = 1) {
+                        bool dependent_launch = false) {
   // Made on every launch (its own cost per call was not measured): a cudaDeviceReset clears it.
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
              "cudaFuncSetAttribute (sm90 forward shared memory)");
   const std::int64_t m_blocks = (p.args.q_len + block_m - 1) / block_m;
   const bool ordered = FLASHPP_BLOCK_ORDER && p.args.mask.active();
   const bool persistent = grid_kind == ForwardGrid::walk_persistent;
-  // Blocks, or clusters where cluster > 1, resident at once.
   const std::int64_t slots =
-      ordered || persistent ? cached_resident(kernel, threads, smem_bytes, cluster) : 0;
+      ordered || persistent ? cached_resident_blocks(kernel, threads, smem_bytes) : 0;
   // Heads per launch: the grid's y limit, and for a one-dimensional grid of one block per item
   // at most 2^31 - 1 items (the grid's x limit).
   constexpr std::int64_t kMaxGridY = 65535, kMaxGridX = 2147483647;
@@ -139,14 +136,10 @@ void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
     p.heads = heads;
     const std::int64_t items = m_blocks * heads;
     if (items == 0) continue;
-    // Positions a block (or cluster) walks: items, or pairs of them.
-    const std::int64_t positions = (m_blocks + cluster - 1) / cluster * heads;
-    const dim3 grid(static_cast<unsigned>(
-        persistent ? cluster * std::min(positions, persistent_blocks(slots)) : items));
+    const dim3 grid(static_cast<unsigned>(persistent ? std::min(items, persistent_blocks(slots)) : items));
     LaunchShape shape{grid, dim3(static_cast<unsigned>(threads)),
                       static_cast<std::size_t>(smem_bytes)};
     shape.dependent = dependent_launch && first == 0;  // later launches follow this kernel's
-    shape.cluster_x = static_cast<unsigned>(cluster);
     launch_kernel(shape, stream, kernel, what, p);
     check_launch(what);
   }
@@ -214,20 +207,6 @@ template <typename Traits>
 inline constexpr bool kSplitWalk = Traits::kHeadDim == 128 && Traits::kConsumers == 2 &&
                                    Traits::kQFreeAfterScores;
 
-// The tiles whose kernel is instantiated with the pairs walk (kernel.cuh, WalkKind::pairs): the
-// D=128 tile, whose two 64-column panels the two blocks of a cluster copy one each.
-template <typename Traits>
-inline constexpr bool kPairWalk = Traits::kHeadDim == 128 && Traits::kConsumers == 2 &&
-                                  Traits::kQFreeAfterScores;
-
-// Whether an unmasked plain call on the persistent grid takes the pairs walk, the K/V tiles
-// shared by multicast in clusters of two: FLASHPP_SM90_FWD_MULTICAST=1 (read at every call; off
-// by default while it is measured), a call of at least two query tiles and keys.
-inline bool pair_walk_call(const ForwardParams& params, int block_m) {
-  return env_switch("FLASHPP_SM90_FWD_MULTICAST") == 1 && !params.mask.active() &&
-         params.q_len > block_m && params.k_len > 0;
-}
-
 // kExtras: whether the softcap and dropout kernels are instantiated for these tiles (callers with
 // softcap or dropout must use tiles that have them).
 template <typename Traits, bool kExtras = true>
@@ -267,18 +246,9 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
   if (choice.walk == WalkKind::snake) {
     kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none, WalkKind::snake>;
   }
-  int cluster = 1;
-  if constexpr (kPairWalk<Traits>) {
-    if (choice.grid == ForwardGrid::walk_persistent && choice.walk == WalkKind::stride && !extras &&
-        pair_walk_call(params, Traits::kBlockM)) {
-      kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none, WalkKind::pairs>;
-      cluster = 2;
-      p.args.last_tiles_first = false;  // the pairs walk has its own order of positions
-    }
-  }
   if constexpr (kSplitWalk<Traits>) {
     if (choice.grid == ForwardGrid::walk_persistent && choice.walk == WalkKind::stride && !extras &&
-        cluster == 1 && split_walk_call(params)) {
+        split_walk_call(params)) {
       auto split_kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none, WalkKind::split>;
       const std::int64_t blocks = persistent_blocks(
           cached_resident_blocks(split_kernel, Traits::kThreads, Traits::kSmemBytes));
@@ -307,7 +277,7 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
   p.trace = trace_buffer(stream);
 #endif
   launch_query_tiles(kernel, Traits::kThreads, Traits::kSmemBytes, Traits::kBlockM, p, batch_heads,
-                     stream, "sm90 forward kernel launch", choice.grid, false, cluster);
+                     stream, "sm90 forward kernel launch", choice.grid);
 #if FLASHPP_SM90_FWD_TRACE
   write_trace(p.trace, Traits::kConsumers, stream);
 #endif
