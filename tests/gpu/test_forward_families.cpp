@@ -347,11 +347,14 @@ TEST(ForwardSm90Small, WarpgroupKeyRangesAndShiftedTiles) {
 // with O poisoned (the runner) and, in test builds, the workspace's partial states poisoned;
 // forward_workspace_size says whether the walk is planned (it is the size of the partial states
 // exactly where the plan splits). FLASHPP_SM90_FWD_SPLIT=1 takes the walk wherever the plan can
-// cut, =0 never (no workspace), unset the rule (items of 32 key tiles and more).
+// cut, =0 never (no workspace), unset the rule (items of 32 key tiles of 128 keys and more). Each
+// case names its tile: the two-warpgroup one (128 x 128) or the tall one (192 x 64,
+// FLASHPP_SM90_FWD_TALL=1).
 struct SplitCase {
   AttentionCase c;
   const char* max_blocks;    // PersistentBlocks ("" = one block per SM)
   bool rule_splits = false;  // the rule takes the walk (default grid only)
+  bool tall = false;
 };
 
 void expect_split_walk_cases(const std::vector<SplitCase>& cases) {
@@ -359,6 +362,7 @@ void expect_split_walk_cases(const std::vector<SplitCase>& cases) {
   const Device gpu{DeviceType::cuda, 0};
   for (const SplitCase& k : cases) {
     const PersistentBlocks persistent(k.max_blocks);
+    const gpu_test::ScopedEnv tile("FLASHPP_SM90_FWD_TALL", k.tall ? "1" : "0");
     const test::AttentionInputs in = test::make_inputs(k.c);
     Options options = k.c.options;
     options.backend = Backend::cuda;
@@ -366,7 +370,8 @@ void expect_split_walk_cases(const std::vector<SplitCase>& cases) {
       if (split[0] == '\0' && k.max_blocks[0] != '\0') continue;
       std::optional<gpu_test::ScopedEnv> split_env;
       if (split[0] != '\0') split_env.emplace("FLASHPP_SM90_FWD_SPLIT", split);
-      SCOPED_TRACE(k.c.describe() + " max blocks '" + k.max_blocks + "' split '" + split + "'");
+      SCOPED_TRACE(k.c.describe() + " max blocks '" + k.max_blocks + "' split '" + split + "'" +
+                   (k.tall ? " tall tile" : ""));
       const std::size_t bytes =
           forward_workspace_size(in.q.view(gpu), in.k.view(gpu), in.v.view(gpu), options);
       if (split[0] == '1' || (split[0] == '\0' && k.rule_splits)) {
@@ -399,6 +404,9 @@ TEST(ForwardSm90Small, SplitWalk) {
       {make_case(1, 256, 200, 4, 2, 128, DType::bf16, Layout::bnhd), "3"},
       // 5 items of 3 tiles on 2 blocks; D=120 rounds up to the 128 tile.
       {make_case(1, 600, 300, 1, 1, 120, DType::f16, Layout::bnhd), "2"},
+      // The tall tile: 4 x 2 = 8 items of 16 64-key tiles on 5 blocks, the third warpgroup of each
+      // head's last query tile without rows (700 = 3 x 192 + 124).
+      {make_case(1, 700, 1000, 2, 1, 128, DType::bf16, Layout::bnhd), "5", false, true},
   });
 }
 
@@ -483,6 +491,8 @@ TEST(ForwardSm90SplitWalk, DefaultGrid) {
       {make_case(1, 4500, 600, 4, 4, 128, DType::bf16, Layout::bnhd), ""},
       // 35 x 4 = 140 items of 32 key tiles (4000 = 31 x 128 + 32), GQA 4:1: the rule's split.
       {make_case(1, 4400, 4000, 4, 1, 128, DType::f16, Layout::bnhd), "", true},
+      // The tall tile: 11 x 13 = 143 items of 63 64-key tiles, MQA: the rule's split.
+      {make_case(1, 2000, 4000, 13, 1, 128, DType::f16, Layout::bnhd), "", true, true},
   });
 }
 

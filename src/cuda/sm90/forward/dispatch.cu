@@ -35,12 +35,11 @@ void launch_for_head_dim(int head_dim, const ForwardParams& params,
 
 }  // namespace
 
-// The split walk's workspace (split_walk.hpp) for a call that will take it: the D=128 tile
-// (kSplitWalk), one block per SM (its shared memory allows no second), on the device's SMs.
-// launch_forward_tiles sizes the same plan for its grid and keeps the stride walk where the
-// workspace it gets is smaller.
+// The split walk's workspace (split_walk.hpp) for a call that will take it: a D=128 tile
+// (kSplitWalk; the tall one where use_tall_tile takes it), one block per SM (their shared memory
+// allows no second), on the device's SMs. launch_forward_tiles sizes the same plan for its grid
+// and keeps the stride walk where the workspace it gets is smaller.
 std::size_t forward_split_workspace_bytes(const detail::Problem& pr) {
-  using Config = ForwardTileConfig<128>;
   if ((pr.dtype != DType::f16 && pr.dtype != DType::bf16) ||
       Sm90ForwardHeadDims::round_up(static_cast<int>(pr.D)) != 128 || !split_walk_call(pr)) {
     return 0;
@@ -49,10 +48,16 @@ std::size_t forward_split_workspace_bytes(const detail::Problem& pr) {
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, pr.device.index),
              "cudaDeviceGetAttribute (SM count)");
   const std::int64_t blocks = persistent_blocks(sms);
-  const SplitWalkPlan plan =
-      split_walk_plan(pr.Nq, pr.Nk, pr.B * pr.Hq, pr.Hq / pr.Hkv, 64 * Config::consumers,
-                      Config::block_n, 2 * 128 * 2, blocks, device_l2_bytes(pr.device.index));
-  return plan.splits() ? split_workspace_bytes(blocks, Config::consumers, 128 / 8) : 0;
+  auto bytes = [&](auto config) {
+    using Config = decltype(config);
+    const SplitWalkPlan plan =
+        split_walk_plan(pr.Nq, pr.Nk, pr.B * pr.Hq, pr.Hq / pr.Hkv, 64 * Config::consumers,
+                        Config::block_n, 2 * 128 * 2, blocks, device_l2_bytes(pr.device.index));
+    return plan.splits() ? split_workspace_bytes(blocks, Config::consumers, 128 / 8) : 0;
+  };
+  using Tall = ForwardTallTileConfig<128>;
+  return use_tall_tile(pr, pr.Nq, Tall::unmasked_two_tile_rows) ? bytes(Tall{})
+                                                                 : bytes(ForwardTileConfig<128>{});
 }
 
 void run_forward(const ForwardParams& params, const detail::ForwardArgs& args,

@@ -145,25 +145,6 @@ void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
   }
 }
 
-// Whether a call takes the head dim's tall tile (ForwardTallTileConfig, three consumer
-// warpgroups) where it has one: calls without softcap and dropout (their kernel spills at 160
-// registers), unmasked at any length, masked above kTwoTileMaskedRows query rows. Measured, causal,
-// against the two-warpgroup tile: session 17 N=16384 +10%, 4096 equal, 1024 -15%; since each
-// warpgroup skips the key tiles its rows do not see and the part-empty tile comes first
-// (session 29 run 3, H200, bf16): 1024 +1.1%, 2048 +10.5%; since the two-warpgroup tile's masked
-// tiles use the mask words (session 32 runs 10-11, H100): 1024 -2.8..-4.1% (bf16, fp16), 1536
-// +12..+13%, 2048 +0.3..+7%. Masked calls up to 1024 rows keep the two-warpgroup tile.
-// FLASHPP_SM90_FWD_TALL=0 / =1 forces it off / on for every call the tile can take (A/B runs and
-// tests; read at every call).
-inline constexpr std::int64_t kTwoTileMaskedRows = 1024;
-
-inline bool use_tall_tile(const ForwardParams& params) {
-  if (params.softcap > 0.0f || params.dropout.threshold != 0) return false;
-  const int forced = env_switch("FLASHPP_SM90_FWD_TALL");
-  if (forced >= 0) return forced == 1;
-  return !params.mask.active() || params.q_len > kTwoTileMaskedRows;
-}
-
 // The most query tiles a head may have for last_tiles_first_item's order. Session 26 run 2 (H100,
 // bf16 and fp16, D=64 tall tile, gpu_compare, against the plain order in the same build): N=1024
 // (6 tiles a head: the busiest blocks go from 6 items to 5 and a cheap one) +2.9..+3.3%; 2048 (11
@@ -199,13 +180,13 @@ inline std::int64_t query_tile_shift(const ForwardParams& params, int block_m) {
   return missing / 64 * 64;
 }
 
-// The tiles whose kernel is instantiated with the split walk (split_walk.hpp): the D=128 tile,
-// the one whose unmasked calls session 30 run 1 measured bound by the partial last round (128
-// blocks as fast as 132 at N 1024 and 4096). Other tiles keep the stride walk (their objects would
-// grow by a kernel each; the tall D=64 tile's part-empty last tiles make its items unequal).
+// The tiles whose kernel is instantiated with the split walk (split_walk.hpp): the D=128 tiles,
+// the two-warpgroup one's unmasked calls measured bound by the partial last round (session 30
+// run 1: 128 blocks as fast as 132 at N 1024 and 4096), and the tall one (session 40). Other tiles
+// keep the stride walk (their objects would grow by a kernel each; the tall D=64 tile's
+// part-empty last tiles make its items unequal).
 template <typename Traits>
-inline constexpr bool kSplitWalk = Traits::kHeadDim == 128 && Traits::kConsumers == 2 &&
-                                   Traits::kQFreeAfterScores;
+inline constexpr bool kSplitWalk = Traits::kHeadDim == 128 && Traits::kQFreeAfterScores;
 
 // kExtras: whether the softcap and dropout kernels are instantiated for these tiles (callers with
 // softcap or dropout must use tiles that have them).
@@ -287,9 +268,10 @@ template <typename Element, int kHeadDim>
 void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args,
                     cudaStream_t stream) {
   if constexpr (ForwardTallTileConfig<kHeadDim>::exists) {
-    if (use_tall_tile(params)) {
+    using Tall = ForwardTallTileConfig<kHeadDim>;
+    if (use_tall_tile(params, params.q_len, Tall::unmasked_two_tile_rows)) {
       // use_tall_tile excludes softcap and dropout: no extras kernel for these tiles.
-      using TallTraits = Sm90ForwardTraits<Element, kHeadDim, ForwardTallTileConfig<kHeadDim>>;
+      using TallTraits = Sm90ForwardTraits<Element, kHeadDim, Tall>;
       launch_forward_tiles<TallTraits, false>(params, args, stream);
       return;
     }

@@ -1,8 +1,9 @@
 // The sm90 forward's grid plans that the host needs outside a kernel launch: the persistent grid's
-// block count and the split walk's plan (split_walk.hpp), shared by launch.cuh (which launches
-// the kernels) and dispatch.cu (the workspace query, forward_split_workspace_bytes), so that
-// dispatch.cu does not include the kernels: with launch.cuh it compiled every sm90 forward kernel
-// a second time beside the instance files (instances.cmake), and its copies were the ones linked.
+// block count, the choice of the tall tile and the split walk's plan (split_walk.hpp), shared by
+// launch.cuh (which launches the kernels) and dispatch.cu (the workspace query,
+// forward_split_workspace_bytes), so that dispatch.cu does not include the kernels: with
+// launch.cuh it compiled every sm90 forward kernel a second time beside the instance files
+// (instances.cmake), and its copies were the ones linked.
 // Host code only.
 #pragma once
 
@@ -84,12 +85,37 @@ inline SplitWalkPlan split_walk_plan(std::int64_t q_len, std::int64_t k_len,
   const std::int64_t tiles = (k_len + block_n - 1) / block_n;
   const SplitWalkPlan plan = plan_split_walk(items, tiles, blocks);
   if (forced == 1 || !plan.splits()) return plan;
-  const std::int64_t gain_steps = (blocks - items % blocks) * tiles / blocks;
+  // The rule's tile counts are of 128-key tiles (the tile it was measured with); the tall D=128
+  // tile's 64-key steps count half.
+  const std::int64_t gain_steps = (blocks - items % blocks) * tiles / blocks * block_n / 128;
   const bool fits_l2 =
       2 * split_kv_bytes(plan, items, q_tiles, heads_per_kv, k_len * key_bytes) <= l2_bytes;
-  return tiles >= kSplitMinKeyTiles && gain_steps >= kSplitMinGainSteps && fits_l2
+  return (k_len + 127) / 128 >= kSplitMinKeyTiles && gain_steps >= kSplitMinGainSteps && fits_l2
              ? plan
              : SplitWalkPlan{};
+}
+
+// Whether a call takes the head dim's tall tile (ForwardTallTileConfig, three consumer
+// warpgroups) where it has one: calls without softcap and dropout (their kernel spills at 160
+// registers), unmasked above the tile's unmasked_two_tile_rows query rows (tile_config.hpp: 0 at
+// D 64 and 96, 1024 at D=128), masked above kTwoTileMaskedRows. Measured at D=64, causal, against
+// the two-warpgroup tile: session 17 N=16384 +10%, 4096 equal, 1024 -15%; since each
+// warpgroup skips the key tiles its rows do not see and the part-empty tile comes first
+// (session 29 run 3, H200, bf16): 1024 +1.1%, 2048 +10.5%; since the two-warpgroup tile's masked
+// tiles use the mask words (session 32 runs 10-11, H100): 1024 -2.8..-4.1% (bf16, fp16), 1536
+// +12..+13%, 2048 +0.3..+7%. Masked calls up to 1024 rows keep the two-warpgroup tile.
+// FLASHPP_SM90_FWD_TALL=0 / =1 forces it off / on for every call the tile can take (A/B runs and
+// tests; read at every call). Call: a ForwardParams or a Problem (the workspace query), whose query
+// length is q_len.
+inline constexpr std::int64_t kTwoTileMaskedRows = 1024;
+
+template <typename Call>
+inline bool use_tall_tile(const Call& call, std::int64_t q_len,
+                          std::int64_t unmasked_two_tile_rows) {
+  if (call.softcap > 0.0f || call.dropout.threshold != 0) return false;
+  const int forced = env_switch("FLASHPP_SM90_FWD_TALL");
+  if (forced >= 0) return forced == 1;
+  return q_len > (call.mask.active() ? kTwoTileMaskedRows : unmasked_two_tile_rows);
 }
 
 // Whether a call can take the split walk at all (launch_forward_tiles and the workspace query,

@@ -56,11 +56,20 @@ template <> struct ForwardTileConfig<192> : Sm90TileShape<2, 64, 2> {};
 template <> struct ForwardTileConfig<256> : Sm90TileShape<2, 64, 2> {};
 #endif
 
-// A second shape for long sequences where the registers allow three consumer warpgroups (192
-// query rows a block, 160 registers each: D=64 only): more warps to overlap one warpgroup's
-// softmax with the others' products. Session 17 run 1 (H100, bf16, B=4 H=32, gpu_compare,
-// against the table above): N=4096 +14%, N=16384 +20% without a mask, +10% causal at 16384;
-// causal N=4096 equal, N=1024 -15% (fewer, costlier items). launch.cuh picks it (use_tall_tile).
+// A second shape where the registers allow three consumer warpgroups (192 query rows a block,
+// 160 registers each): more warps to overlap one warpgroup's softmax with the others' products,
+// and a third fewer K/V bytes copied into each SM per FLOP (at the power limit the copies' energy
+// sets part of the speed: perf-notes session 40). split_plan.hpp's use_tall_tile picks it: unmasked
+// calls of more than `unmasked_two_tile_rows` query rows, masked ones of more than
+// kTwoTileMaskedRows.
+//   D=64 (128-key tiles): session 17 run 1 (H100, bf16, B=4 H=32, gpu_compare, against the table
+//     above): N=4096 +14%, N=16384 +20% without a mask, +10% causal at 16384; causal N=4096
+//     equal, N=1024 -15% (fewer, costlier items).
+//   D=96 and D=128 (64-key tiles: at 128 keys D=96 spills 148 bytes, at 96 keys D=128 spills
+//     and serialises its products): session 40 runs 4-5 (H200, bf16, against the table above,
+//     do_bench at the power limit / gpu_compare): D=96 N 1536-8192 +2..+8% / +2..+9%; D=128
+//     N=1536 and 3072 +3..+8% / +4..+8%, 16384 +3..+8% / +5..+7%, 4096 0..+2% / 0..+2%, unmasked
+//     N=1024 -2.5% / -1.7% (D=96 -0.8% / +2.5%).
 template <int kHeadDim>
 struct ForwardTallTileConfig {
   static constexpr bool exists = false;
@@ -68,6 +77,17 @@ struct ForwardTallTileConfig {
 template <>
 struct ForwardTallTileConfig<64> : Sm90TileShape<3, 128, 4> {
   static constexpr bool exists = true;
+  static constexpr long long unmasked_two_tile_rows = 0;
+};
+template <>
+struct ForwardTallTileConfig<96> : Sm90TileShape<3, 64, 3> {
+  static constexpr bool exists = true;
+  static constexpr long long unmasked_two_tile_rows = 0;
+};
+template <>
+struct ForwardTallTileConfig<128> : Sm90TileShape<3, 64, 3> {
+  static constexpr bool exists = true;
+  static constexpr long long unmasked_two_tile_rows = 1024;
 };
 
 }  // namespace flashpp::cuda::sm90
