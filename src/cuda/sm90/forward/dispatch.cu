@@ -44,10 +44,7 @@ std::size_t forward_split_workspace_bytes(const detail::Problem& pr) {
       Sm90ForwardHeadDims::round_up(static_cast<int>(pr.D)) != 128 || !split_walk_call(pr)) {
     return 0;
   }
-  int sms = 0;
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, pr.device.index),
-             "cudaDeviceGetAttribute (SM count)");
-  const std::int64_t blocks = persistent_blocks(sms);
+  const std::int64_t blocks = persistent_blocks(device_sm_count(pr.device.index));
   auto bytes = [&](auto config) {
     using Config = decltype(config);
     const SplitWalkPlan plan =
@@ -56,8 +53,9 @@ std::size_t forward_split_workspace_bytes(const detail::Problem& pr) {
     return plan.splits() ? split_workspace_bytes(blocks, Config::consumers, 128 / 8) : 0;
   };
   using Tall = ForwardTallTileConfig<128>;
-  return use_tall_tile(pr, pr.Nq, Tall::unmasked_two_tile_rows) ? bytes(Tall{})
-                                                                 : bytes(ForwardTileConfig<128>{});
+  return use_tall_tile<Tall>(pr, pr.Nq, pr.B * pr.Hq, blocks)
+             ? bytes(Tall{})
+             : bytes(ForwardTileConfig<128>{});
 }
 
 void run_forward(const ForwardParams& params, const detail::ForwardArgs& args,

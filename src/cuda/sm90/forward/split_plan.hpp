@@ -15,6 +15,7 @@
 #include "../../common/check_cuda.hpp"
 #include "../../common/env_switch.hpp"
 #include "split_walk.hpp"
+#include "tile_rounds.hpp"
 
 namespace flashpp::cuda::sm90 {
 
@@ -55,18 +56,28 @@ inline std::int64_t split_kv_bytes(const SplitWalkPlan& plan, std::int64_t items
   return kv_heads * kv_head_bytes;
 }
 
-// The L2 size of `device` (asked once per device; -1: the current device).
-inline std::int64_t device_l2_bytes(int device = -1) {
+// An attribute of `device` (asked once per device and attribute slot; -1: the current device).
+template <int kSlot>
+inline std::int64_t cached_device_attribute(cudaDeviceAttr attribute, int device,
+                                            const char* what) {
   static std::int64_t cache[64] = {};
   if (device < 0) check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   std::int64_t& slot = cache[device < 64 ? device : 0];
   if (slot == 0) {
-    int bytes = 0;
-    check_cuda(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device),
-               "cudaDeviceGetAttribute (L2 size)");
-    slot = bytes > 0 ? bytes : 1;
+    int value = 0;
+    check_cuda(cudaDeviceGetAttribute(&value, attribute, device), what);
+    slot = value > 0 ? value : 1;
   }
   return slot;
+}
+// The L2 size of `device` and its SM count.
+inline std::int64_t device_l2_bytes(int device = -1) {
+  return cached_device_attribute<0>(cudaDevAttrL2CacheSize, device,
+                                    "cudaDeviceGetAttribute (L2 size)");
+}
+inline std::int64_t device_sm_count(int device = -1) {
+  return cached_device_attribute<1>(cudaDevAttrMultiProcessorCount, device,
+                                    "cudaDeviceGetAttribute (SM count)");
 }
 
 // The split walk's plan for an unmasked call without softcap and dropout on the persistent grid
@@ -105,17 +116,22 @@ inline SplitWalkPlan split_walk_plan(std::int64_t q_len, std::int64_t k_len,
 // tiles use the mask words (session 32 runs 10-11, H100): 1024 -2.8..-4.1% (bf16, fp16), 1536
 // +12..+13%, 2048 +0.3..+7%. Masked calls up to 1024 rows keep the two-warpgroup tile.
 // FLASHPP_SM90_FWD_TALL=0 / =1 forces it off / on for every call the tile can take (A/B runs and
-// tests; read at every call). Call: a ForwardParams or a Problem (the workspace query), whose query
-// length is q_len.
+// tests; read at every call). Unmasked calls also ask tall_rounds_pay (below). Call: a
+// ForwardParams or a Problem (the workspace query), whose query length is q_len.
 inline constexpr std::int64_t kTwoTileMaskedRows = 1024;
 
-template <typename Call>
-inline bool use_tall_tile(const Call& call, std::int64_t q_len,
-                          std::int64_t unmasked_two_tile_rows) {
+// Tile: the head dim's ForwardTallTileConfig (its unmasked_two_tile_rows, and round_slack for
+// tall_rounds_pay: negative where unmasked calls do not ask, D=64, whose tall tile gains 14-20%).
+// `batch_heads` (B x Hq) and the persistent grid's `blocks` for tall_rounds_pay.
+template <typename Tile, typename Call>
+inline bool use_tall_tile(const Call& call, std::int64_t q_len, std::int64_t batch_heads,
+                          std::int64_t blocks) {
   if (call.softcap > 0.0f || call.dropout.threshold != 0) return false;
   const int forced = env_switch("FLASHPP_SM90_FWD_TALL");
   if (forced >= 0) return forced == 1;
-  return q_len > (call.mask.active() ? kTwoTileMaskedRows : unmasked_two_tile_rows);
+  if (call.mask.active()) return q_len > kTwoTileMaskedRows;
+  return q_len > Tile::unmasked_two_tile_rows &&
+         (Tile::round_slack < 0 || tall_rounds_pay(q_len, batch_heads, blocks, Tile::round_slack));
 }
 
 // Whether a call can take the split walk at all (launch_forward_tiles and the workspace query,

@@ -60,8 +60,9 @@ template <> struct ForwardTileConfig<256> : Sm90TileShape<2, 64, 2> {};
 // 160 registers each): more warps to overlap one warpgroup's softmax with the others' products,
 // and a third fewer K/V bytes copied into each SM per FLOP (at the power limit the copies' energy
 // sets part of the speed: perf-notes session 40). split_plan.hpp's use_tall_tile picks it: unmasked
-// calls of more than `unmasked_two_tile_rows` query rows, masked ones of more than
-// kTwoTileMaskedRows.
+// calls of more than `unmasked_two_tile_rows` query rows whose rounds on the persistent grid
+// cost at most `round_slack` percent more rows (tall_rounds_pay; negative: not asked), masked
+// ones of more than kTwoTileMaskedRows.
 //   D=64 (128-key tiles): session 17 run 1 (H100, bf16, B=4 H=32, gpu_compare, against the table
 //     above): N=4096 +14%, N=16384 +20% without a mask, +10% causal at 16384; causal N=4096
 //     equal, N=1024 -15% (fewer, costlier items).
@@ -78,16 +79,19 @@ template <>
 struct ForwardTallTileConfig<64> : Sm90TileShape<3, 128, 4> {
   static constexpr bool exists = true;
   static constexpr long long unmasked_two_tile_rows = 0;
+  static constexpr long long round_slack = -1;
 };
 template <>
 struct ForwardTallTileConfig<96> : Sm90TileShape<3, 64, 3> {
   static constexpr bool exists = true;
   static constexpr long long unmasked_two_tile_rows = 0;
+  static constexpr long long round_slack = 5;
 };
 template <>
 struct ForwardTallTileConfig<128> : Sm90TileShape<3, 64, 3> {
   static constexpr bool exists = true;
   static constexpr long long unmasked_two_tile_rows = 1024;
+  static constexpr long long round_slack = 5;
 };
 
 }  // namespace flashpp::cuda::sm90
