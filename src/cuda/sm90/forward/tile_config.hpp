@@ -69,8 +69,9 @@ template <> struct ForwardTileConfig<256> : Sm90TileShape<2, 64, 2> {};
 //   D=96 and D=128 (64-key tiles: at 128 keys D=96 spills 148 bytes, at 96 keys D=128 spills
 //     and serialises its products): session 40 runs 4-5 (H200, bf16, against the table above,
 //     do_bench at the power limit / gpu_compare): D=96 N 1536-8192 +2..+8% / +2..+9%; D=128
-//     N=1536 and 3072 +3..+8% / +4..+8%, 16384 +3..+8% / +5..+7%, 4096 0..+2% / 0..+2%, unmasked
-//     N=1024 -2.5% / -1.7% (D=96 -0.8% / +2.5%).
+//     N=1536 and 3072 +3..+8% / +4..+8%, 16384 +3..+8% / +5..+7%, 4096 0..+2% / -0.1..+2%,
+//     unmasked N=1024 -2.5..-7.5% / -2.7..+0.5% (D=96 -0.8% / +2.5%). Run 7: unmasked B=2 H=32
+//     Nq=2000 Nk=9000 -4% at D=128, the grid's rounds (tile_rounds.hpp).
 template <int kHeadDim>
 struct ForwardTallTileConfig {
   static constexpr bool exists = false;
