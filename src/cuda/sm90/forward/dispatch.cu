@@ -53,7 +53,7 @@ std::size_t forward_split_workspace_bytes(const detail::Problem& pr) {
     return plan.splits() ? split_workspace_bytes(blocks, Config::consumers, 128 / 8) : 0;
   };
   using Tall = ForwardTallTileConfig<128>;
-  return use_tall_tile<Tall>(pr, pr.Nq, pr.B * pr.Hq, blocks)
+  return use_tall_tile<Tall>(pr, pr.Nq, pr.B * pr.Hq, pr.device.index)
              ? bytes(Tall{})
              : bytes(ForwardTileConfig<128>{});
 }

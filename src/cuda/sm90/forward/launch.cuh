@@ -269,9 +269,7 @@ void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args
                     cudaStream_t stream) {
   if constexpr (ForwardTallTileConfig<kHeadDim>::exists) {
     using Tall = ForwardTallTileConfig<kHeadDim>;
-    const std::int64_t batch_heads = args.problem.B * args.problem.Hq;
-    const std::int64_t blocks = persistent_blocks(device_sm_count());
-    if (use_tall_tile<Tall>(params, params.q_len, batch_heads, blocks)) {
+    if (use_tall_tile<Tall>(params, params.q_len, args.problem.B * args.problem.Hq, -1)) {
       // use_tall_tile excludes softcap and dropout: no extras kernel for these tiles.
       using TallTraits = Sm90ForwardTraits<Element, kHeadDim, Tall>;
       launch_forward_tiles<TallTraits, false>(params, args, stream);

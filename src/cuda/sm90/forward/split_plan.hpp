@@ -56,28 +56,26 @@ inline std::int64_t split_kv_bytes(const SplitWalkPlan& plan, std::int64_t items
   return kv_heads * kv_head_bytes;
 }
 
-// An attribute of `device` (asked once per device and attribute slot; -1: the current device).
-template <int kSlot>
-inline std::int64_t cached_device_attribute(cudaDeviceAttr attribute, int device,
-                                            const char* what) {
+// An attribute of `device` (asked once per device; -1: the current device).
+template <cudaDeviceAttr kAttribute>
+inline std::int64_t cached_device_attribute(int device, const char* what) {
   static std::int64_t cache[64] = {};
   if (device < 0) check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   std::int64_t& slot = cache[device < 64 ? device : 0];
   if (slot == 0) {
     int value = 0;
-    check_cuda(cudaDeviceGetAttribute(&value, attribute, device), what);
+    check_cuda(cudaDeviceGetAttribute(&value, kAttribute, device), what);
     slot = value > 0 ? value : 1;
   }
   return slot;
 }
 // The L2 size of `device` and its SM count.
 inline std::int64_t device_l2_bytes(int device = -1) {
-  return cached_device_attribute<0>(cudaDevAttrL2CacheSize, device,
-                                    "cudaDeviceGetAttribute (L2 size)");
+  return cached_device_attribute<cudaDevAttrL2CacheSize>(device, "cudaDeviceGetAttribute (L2 size)");
 }
 inline std::int64_t device_sm_count(int device = -1) {
-  return cached_device_attribute<1>(cudaDevAttrMultiProcessorCount, device,
-                                    "cudaDeviceGetAttribute (SM count)");
+  return cached_device_attribute<cudaDevAttrMultiProcessorCount>(device,
+                                                                 "cudaDeviceGetAttribute (SM count)");
 }
 
 // The split walk's plan for an unmasked call without softcap and dropout on the persistent grid
@@ -122,16 +120,19 @@ inline constexpr std::int64_t kTwoTileMaskedRows = 1024;
 
 // Tile: the head dim's ForwardTallTileConfig (its unmasked_two_tile_rows, and round_slack for
 // tall_rounds_pay: negative where unmasked calls do not ask, D=64, whose tall tile gains 14-20%).
-// `batch_heads` (B x Hq) and the persistent grid's `blocks` for tall_rounds_pay.
+// `batch_heads` (B x Hq) and `device` (-1: the current one; its SMs give the persistent grid's
+// blocks) for tall_rounds_pay, asked only where it decides.
 template <typename Tile, typename Call>
 inline bool use_tall_tile(const Call& call, std::int64_t q_len, std::int64_t batch_heads,
-                          std::int64_t blocks) {
+                          int device) {
   if (call.softcap > 0.0f || call.dropout.threshold != 0) return false;
   const int forced = env_switch("FLASHPP_SM90_FWD_TALL");
   if (forced >= 0) return forced == 1;
   if (call.mask.active()) return q_len > kTwoTileMaskedRows;
-  return q_len > Tile::unmasked_two_tile_rows &&
-         (Tile::round_slack < 0 || tall_rounds_pay(q_len, batch_heads, blocks, Tile::round_slack));
+  if (q_len <= Tile::unmasked_two_tile_rows) return false;
+  return Tile::round_slack < 0 ||
+         tall_rounds_pay(q_len, batch_heads, persistent_blocks(device_sm_count(device)),
+                         Tile::round_slack);
 }
 
 // Whether a call can take the split walk at all (launch_forward_tiles and the workspace query,
