@@ -260,6 +260,16 @@ TEST(ForwardSm90Small, SanitizerShapes) {
     o.seed = 13;
     cases.push_back(make_case(1, 150, 600, 2, 1, 128, DType::bf16, Layout::bnhd, o));
     cases.push_back(make_case(2, 40, 520, 2, 2, 96, DType::f16, Layout::bhnd, o));
+    // Softcap at D 96 and 128, alone and with dropout under a mask (the two-warpgroup tile's
+    // softcap-and-dropout kernel: the tall tiles take no softcap or dropout call).
+    Options sc;
+    sc.softcap = 7.0f;
+    cases.push_back(make_case(1, 450, 500, 2, 1, 128, DType::f16, Layout::bnhd, sc));
+    Options scd = causal(Alignment::bottom_right);
+    scd.softcap = 5.0f;
+    scd.dropout_p = 0.25f;
+    scd.seed = 14;
+    cases.push_back(make_case(1, 230, 300, 2, 1, 96, DType::bf16, Layout::bhnd, scd));
   }
   // D=64 without a mask: the tall tiles (three consumer warpgroups, 192 rows) by default; a
   // partial last tile of queries and of keys.
