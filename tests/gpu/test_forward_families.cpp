@@ -282,15 +282,20 @@ TEST(ForwardSm90Small, SanitizerShapes) {
   // Each case on the default grid and on two persistent blocks that walk every item (the ring,
   // the Q tile's barriers and the issue turns carried from item to item, masked items and items
   // without a visible key among them); and both again with the tall tiles forced where a call
-  // can take them (FLASHPP_SM90_FWD_TALL=1: the masked D=64 cases above).
-  for (const char* tall : {"", "1"})
+  // can take them (FLASHPP_SM90_FWD_TALL=1: the masked D=64 cases above), and with the long-keys
+  // tile forced where a call can take it (FLASHPP_SM90_FWD_LONG=1: the unmasked D=128 cases
+  // without softcap and dropout, 80-key tiles).
+  for (const std::string tile : {"", "tall", "long"})
   for (const char* max_blocks : {"", "2"}) {
     // Set for this pass, restored after it (to what the binary was started with).
-    std::optional<gpu_test::ScopedEnv> tall_env;
-    if (tall[0] != '\0') tall_env.emplace("FLASHPP_SM90_FWD_TALL", tall);
+    std::optional<gpu_test::ScopedEnv> tall_env, long_env;
+    if (!tile.empty()) {
+      tall_env.emplace("FLASHPP_SM90_FWD_TALL", "1");
+      long_env.emplace("FLASHPP_SM90_FWD_LONG", tile == "long" ? "1" : "0");
+    }
     const PersistentBlocks persistent(max_blocks);
     for (const AttentionCase& c : cases) {
-      SCOPED_TRACE(c.describe() + " max blocks '" + max_blocks + "' tall '" + tall + "'");
+      SCOPED_TRACE(c.describe() + " max blocks '" + max_blocks + "' tile '" + tile + "'");
       const test::AttentionInputs in = test::make_inputs(c);
       const test::ForwardOutputs ours = gpu_test::run_forward_cuda(in, c.options);
       const test::OracleResult ref = test::run_oracle(in, c.options, false);
@@ -370,6 +375,8 @@ struct SplitCase {
 void expect_split_walk_cases(const std::vector<SplitCase>& cases) {
   const FamilyGuard guard("sm90");
   const Device gpu{DeviceType::cuda, 0};
+  // The long-keys tile, which has no split walk, never takes these cases' place.
+  const gpu_test::ScopedEnv long_keys("FLASHPP_SM90_FWD_LONG", "0");
   for (const SplitCase& k : cases) {
     const PersistentBlocks persistent(k.max_blocks);
     const gpu_test::ScopedEnv tile("FLASHPP_SM90_FWD_TALL", k.tall ? "1" : "0");
@@ -394,6 +401,60 @@ void expect_split_walk_cases(const std::vector<SplitCase>& cases) {
       if (k.rule_splits && split[0] != '\0') continue;
       gpu_test::expect_forward_matches_oracle(k.c, in);
       if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+// The long-keys tile at D=128 (tile_config.hpp: 192 rows, 80-key tiles, the plain kernel on the
+// stride walk), forced (FLASHPP_SM90_FWD_TALL=1, FLASHPP_SM90_FWD_LONG=1) or by its rule (a call
+// over min_keys keys that takes the tall tile): partial last key tiles (333 = 4 x 80 + 13, 1000
+// = 12 x 80 + 40), one whole key tile, fewer keys than a tile, GQA, D=120 rounded up, a last
+// query tile with a warpgroup without rows (500 = 2 x 192 + 116); on the default grid and on two
+// persistent blocks that walk every item; against the float64 oracle with O poisoned. Its calls
+// ask for no split-walk workspace, which the tall tile's would.
+TEST(ForwardSm90Small, LongKeysTile) {
+  FLASHPP_SKIP_WITHOUT_GPU();
+  if (!device_is_sm90()) GTEST_SKIP() << "the sm90 family runs on compute capability 9.0 only";
+  const FamilyGuard guard("sm90");
+  const gpu_test::ScopedEnv tall("FLASHPP_SM90_FWD_TALL", "1");
+  struct Case {
+    AttentionCase c;
+    const char* long_keys;  // FLASHPP_SM90_FWD_LONG ("" = the rule)
+  };
+  const std::vector<Case> cases = {
+      {make_case(1, 500, 333, 2, 1, 128, DType::bf16, Layout::bnhd), "1"},
+      {make_case(2, 200, 1000, 4, 2, 128, DType::f16, Layout::bhnd), "1"},
+      {make_case(1, 64, 80, 1, 1, 128, DType::bf16, Layout::bnhd), "1"},
+      {make_case(1, 190, 7, 3, 3, 120, DType::f16, Layout::bnhd), "1"},
+      {make_case(1, 300, 8192, 1, 1, 128, DType::bf16, Layout::bnhd), ""},
+  };
+  for (const char* max_blocks : {"", "2"}) {
+    const PersistentBlocks persistent(max_blocks);
+    for (const Case& k : cases) {
+      std::optional<gpu_test::ScopedEnv> long_env;
+      if (k.long_keys[0] != '\0') long_env.emplace("FLASHPP_SM90_FWD_LONG", k.long_keys);
+      SCOPED_TRACE(k.c.describe() + " max blocks '" + max_blocks + "' long '" + k.long_keys + "'");
+      gpu_test::expect_forward_matches_oracle(k.c, test::make_inputs(k.c));
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+  // The workspace query: none for the long-keys tile, the split walk's for the tall one (on 5
+  // blocks, where this call's 8 items leave a partial round to cut).
+  const PersistentBlocks persistent("5");
+  const AttentionCase c = make_case(1, 700, 1000, 2, 1, 128, DType::bf16, Layout::bnhd);
+  const test::AttentionInputs in = test::make_inputs(c);
+  const Device gpu{DeviceType::cuda, 0};
+  Options options = c.options;
+  options.backend = Backend::cuda;
+  const gpu_test::ScopedEnv split("FLASHPP_SM90_FWD_SPLIT", "1");
+  for (const char* long_keys : {"1", "0"}) {
+    const gpu_test::ScopedEnv tile("FLASHPP_SM90_FWD_LONG", long_keys);
+    const std::size_t bytes =
+        forward_workspace_size(in.q.view(gpu), in.k.view(gpu), in.v.view(gpu), options);
+    if (long_keys[0] == '1') {
+      EXPECT_EQ(bytes, 0u) << "a workspace asked for the long-keys tile";
+    } else {
+      EXPECT_GT(bytes, 0u) << "the tall tile's split walk is not planned";
     }
   }
 }

@@ -36,7 +36,8 @@ void launch_for_head_dim(int head_dim, const ForwardParams& params,
 }  // namespace
 
 // The split walk's workspace (split_walk.hpp) for a call that will take it: a D=128 tile
-// (kSplitWalk; the tall one where use_tall_tile takes it), one block per SM (their shared memory
+// (kSplitWalk; the tall one where use_tall_tile takes it, unless use_long_keys_tile takes the
+// long-keys one, which has no split walk), one block per SM (their shared memory
 // allows no second), on the device's SMs. launch_forward_tiles sizes the same plan for its grid
 // and keeps the stride walk where the workspace it gets is smaller.
 std::size_t forward_split_workspace_bytes(const detail::Problem& pr) {
@@ -53,9 +54,11 @@ std::size_t forward_split_workspace_bytes(const detail::Problem& pr) {
     return plan.splits() ? split_workspace_bytes(blocks, Config::consumers, 128 / 8) : 0;
   };
   using Tall = ForwardTallTileConfig<128>;
-  return use_tall_tile<Tall>(pr, pr.Nq, pr.B * pr.Hq, pr.device.index)
-             ? bytes(Tall{})
-             : bytes(ForwardTileConfig<128>{});
+  if (!use_tall_tile<Tall>(pr, pr.Nq, pr.B * pr.Hq, pr.device.index)) {
+    return bytes(ForwardTileConfig<128>{});
+  }
+  // The long-keys tile walks by stride only.
+  return use_long_keys_tile<ForwardLongKeysTileConfig<128>>(pr, pr.Nk) ? 0 : bytes(Tall{});
 }
 
 void run_forward(const ForwardParams& params, const detail::ForwardArgs& args,

@@ -188,9 +188,13 @@ inline std::int64_t query_tile_shift(const ForwardParams& params, int block_m) {
 template <typename Traits>
 inline constexpr bool kSplitWalk = Traits::kHeadDim == 128 && Traits::kQFreeAfterScores;
 
-// kExtras: whether the softcap and dropout kernels are instantiated for these tiles (callers with
-// softcap or dropout must use tiles that have them).
-template <typename Traits, bool kExtras = true>
+// The kernels instantiated for a tile: every one (`all`: the plain kernel on each walk, the softcap
+// and dropout kernels), the plain kernel on each walk (`plain`: the tall tiles; callers with
+// softcap or dropout must use other tiles), or the plain kernel on the stride walk
+// (`plain_stride`: the long-keys tile, for unmasked calls, whose grid walks by stride).
+enum class TileKernels { all, plain, plain_stride };
+
+template <typename Traits, TileKernels kKernels = TileKernels::all>
 void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs& args,
                           cudaStream_t stream) {
   Sm90ForwardParams p{};
@@ -217,17 +221,22 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
   p.args.last_tiles_first = last_tiles_first(params, choice, Traits::kBlockM);
   p.q_tile_shift = choice.walk == WalkKind::snake ? query_tile_shift(params, Traits::kBlockM) : 0;
   auto kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none>;
-  if constexpr (kExtras) {
+  if constexpr (kKernels == TileKernels::all) {
     if (params.softcap > 0.0f) {
       kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::softcap_dropout>;
     } else if (extras) {
       kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::dropout>;
     }
   }
-  if (choice.walk == WalkKind::snake) {
+  if constexpr (kKernels == TileKernels::plain_stride) {
+    if (choice.walk != WalkKind::stride || extras) {
+      throw Error(ErrorCode::internal,
+                  "sm90 forward: a masked, softcap or dropout call on the long-keys tile");
+    }
+  } else if (choice.walk == WalkKind::snake) {
     kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none, WalkKind::snake>;
   }
-  if constexpr (kSplitWalk<Traits>) {
+  if constexpr (kSplitWalk<Traits> && kKernels != TileKernels::plain_stride) {
     if (choice.grid == ForwardGrid::walk_persistent && choice.walk == WalkKind::stride && !extras &&
         split_walk_call(params)) {
       auto split_kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none, WalkKind::split>;
@@ -270,9 +279,17 @@ void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args
   if constexpr (ForwardTallTileConfig<kHeadDim>::exists) {
     using Tall = ForwardTallTileConfig<kHeadDim>;
     if (use_tall_tile<Tall>(params, params.q_len, args.problem.B * args.problem.Hq, -1)) {
+      if constexpr (ForwardLongKeysTileConfig<kHeadDim>::exists) {
+        using Long = ForwardLongKeysTileConfig<kHeadDim>;
+        if (use_long_keys_tile<Long>(params, params.k_len)) {  // unmasked, no softcap or dropout
+          using LongTraits = Sm90ForwardTraits<Element, kHeadDim, Long>;
+          launch_forward_tiles<LongTraits, TileKernels::plain_stride>(params, args, stream);
+          return;
+        }
+      }
       // use_tall_tile excludes softcap and dropout: no extras kernel for these tiles.
       using TallTraits = Sm90ForwardTraits<Element, kHeadDim, Tall>;
-      launch_forward_tiles<TallTraits, false>(params, args, stream);
+      launch_forward_tiles<TallTraits, TileKernels::plain>(params, args, stream);
       return;
     }
   }

@@ -135,6 +135,18 @@ inline bool use_tall_tile(const Call& call, std::int64_t q_len, std::int64_t bat
                          Tile::round_slack);
 }
 
+// Whether a call that takes the tall tile takes the head dim's long-keys tile instead
+// (ForwardLongKeysTileConfig, 80-key tiles): unmasked calls without softcap and dropout over at
+// least Tile::min_keys keys. FLASHPP_SM90_FWD_LONG=0 / =1 forces it off / on for every call the
+// tile can take (A/B runs and tests; read at every call). Call: a ForwardParams or a Problem.
+template <typename Tile, typename Call>
+inline bool use_long_keys_tile(const Call& call, std::int64_t k_len) {
+  if (call.mask.active() || call.softcap > 0.0f || call.dropout.threshold != 0) return false;
+  const int forced = env_switch("FLASHPP_SM90_FWD_LONG");
+  if (forced >= 0) return forced == 1;
+  return k_len >= Tile::min_keys;
+}
+
 // Whether a call can take the split walk at all (launch_forward_tiles and the workspace query,
 // forward_split_workspace_bytes): no mask, softcap or dropout, and the persistent grid not
 // switched off. Problem and ForwardParams both have these fields.
