@@ -405,10 +405,10 @@ void expect_split_walk_cases(const std::vector<SplitCase>& cases) {
   }
 }
 
-// The long-keys tile at D=128 (tile_config.hpp: 192 rows, 80-key tiles, the plain kernel on the
-// stride walk), forced (FLASHPP_SM90_FWD_TALL=1, FLASHPP_SM90_FWD_LONG=1) or by its rule (a call
-// over min_keys keys that takes the tall tile): partial last key tiles (333 = 4 x 80 + 13, 1000
-// = 12 x 80 + 40), one whole key tile, fewer keys than a tile, GQA, D=120 rounded up, a last
+// The long-keys tile at D 96 and 128 (tile_config.hpp: 192 rows, 80-key tiles, the plain kernel
+// on the stride walk), forced (FLASHPP_SM90_FWD_TALL=1, FLASHPP_SM90_FWD_LONG=1) or by its rule (a
+// call over min_keys keys that takes the tall tile): partial last key tiles (333 = 4 x 80 + 13,
+// 1000 = 12 x 80 + 40), one whole key tile, fewer keys than a tile, GQA, D=120 rounded up, a last
 // query tile with a warpgroup without rows (500 = 2 x 192 + 116); on the default grid and on two
 // persistent blocks that walk every item; against the float64 oracle with O poisoned. Its calls
 // ask for no split-walk workspace, which the tall tile's would.
@@ -427,6 +427,9 @@ TEST(ForwardSm90Small, LongKeysTile) {
       {make_case(1, 64, 80, 1, 1, 128, DType::bf16, Layout::bnhd), "1"},
       {make_case(1, 190, 7, 3, 3, 120, DType::f16, Layout::bnhd), "1"},
       {make_case(1, 300, 8192, 1, 1, 128, DType::bf16, Layout::bnhd), ""},
+      // D=96 (96 columns in a 128-column panel pair); 700 = 8 x 80 + 60.
+      {make_case(1, 450, 700, 3, 1, 96, DType::f16, Layout::bhnd), "1"},
+      {make_case(1, 200, 4100, 1, 1, 96, DType::bf16, Layout::bnhd), ""},
   };
   for (const char* max_blocks : {"", "2"}) {
     const PersistentBlocks persistent(max_blocks);
