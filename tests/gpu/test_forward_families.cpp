@@ -283,8 +283,8 @@ TEST(ForwardSm90Small, SanitizerShapes) {
   // the Q tile's barriers and the issue turns carried from item to item, masked items and items
   // without a visible key among them); and both again with the tall tiles forced where a call
   // can take them (FLASHPP_SM90_FWD_TALL=1: the masked D=64 cases above), and with the long-keys
-  // tile forced where a call can take it (FLASHPP_SM90_FWD_LONG=1: the unmasked D=128 cases
-  // without softcap and dropout, 80-key tiles).
+  // tile forced where a call can take it (FLASHPP_SM90_FWD_LONG=1: the unmasked D 96 and 128
+  // cases without softcap and dropout, 80-key tiles).
   for (const std::string tile : {"", "tall", "long"})
   for (const char* max_blocks : {"", "2"}) {
     // Set for this pass, restored after it (to what the binary was started with).

@@ -36,10 +36,10 @@ void launch_for_head_dim(int head_dim, const ForwardParams& params,
 }  // namespace
 
 // The split walk's workspace (split_walk.hpp) for a call that will take it: a D=128 tile
-// (kSplitWalk; the tall one where use_tall_tile takes it, unless use_long_keys_tile takes the
-// long-keys one, which has no split walk), one block per SM (their shared memory
-// allows no second), on the device's SMs. launch_forward_tiles sizes the same plan for its grid
-// and keeps the stride walk where the workspace it gets is smaller.
+// (kSplitWalk; the one forward_tile_shape chooses, where the long-keys tile has no split walk),
+// one block per SM (their shared memory allows no second), on the device's SMs.
+// launch_forward_tiles sizes the same plan for its grid and keeps the stride walk where the
+// workspace it gets is smaller.
 std::size_t forward_split_workspace_bytes(const detail::Problem& pr) {
   if ((pr.dtype != DType::f16 && pr.dtype != DType::bf16) ||
       Sm90ForwardHeadDims::round_up(static_cast<int>(pr.D)) != 128 || !split_walk_call(pr)) {
@@ -53,12 +53,15 @@ std::size_t forward_split_workspace_bytes(const detail::Problem& pr) {
                         Config::block_n, 2 * 128 * 2, blocks, device_l2_bytes(pr.device.index));
     return plan.splits() ? split_workspace_bytes(blocks, Config::consumers, 128 / 8) : 0;
   };
-  using Tall = ForwardTallTileConfig<128>;
-  if (!use_tall_tile<Tall>(pr, pr.Nq, pr.B * pr.Hq, pr.device.index)) {
-    return bytes(ForwardTileConfig<128>{});
+  switch (forward_tile_shape<128>(pr, pr.Nq, pr.Nk, pr.B * pr.Hq, pr.device.index)) {
+    case ForwardTileShape::long_keys:
+      return 0;  // it walks by stride only
+    case ForwardTileShape::tall:
+      return bytes(ForwardTallTileConfig<128>{});
+    case ForwardTileShape::two_warpgroups:
+      break;
   }
-  // The long-keys tile walks by stride only.
-  return use_long_keys_tile<ForwardLongKeysTileConfig<128>>(pr, pr.Nk) ? 0 : bytes(Tall{});
+  return bytes(ForwardTileConfig<128>{});
 }
 
 void run_forward(const ForwardParams& params, const detail::ForwardArgs& args,

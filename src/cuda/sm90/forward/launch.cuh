@@ -276,19 +276,18 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
 template <typename Element, int kHeadDim>
 void launch_forward(const ForwardParams& params, const detail::ForwardArgs& args,
                     cudaStream_t stream) {
+  const ForwardTileShape tile = forward_tile_shape<kHeadDim>(
+      params, params.q_len, params.k_len, args.problem.B * args.problem.Hq, -1);
+  if constexpr (ForwardLongKeysTileConfig<kHeadDim>::exists) {
+    if (tile == ForwardTileShape::long_keys) {  // unmasked, no softcap or dropout
+      using LongTraits = Sm90ForwardTraits<Element, kHeadDim, ForwardLongKeysTileConfig<kHeadDim>>;
+      launch_forward_tiles<LongTraits, TileKernels::plain_stride>(params, args, stream);
+      return;
+    }
+  }
   if constexpr (ForwardTallTileConfig<kHeadDim>::exists) {
-    using Tall = ForwardTallTileConfig<kHeadDim>;
-    if (use_tall_tile<Tall>(params, params.q_len, args.problem.B * args.problem.Hq, -1)) {
-      if constexpr (ForwardLongKeysTileConfig<kHeadDim>::exists) {
-        using Long = ForwardLongKeysTileConfig<kHeadDim>;
-        if (use_long_keys_tile<Long>(params, params.k_len)) {  // unmasked, no softcap or dropout
-          using LongTraits = Sm90ForwardTraits<Element, kHeadDim, Long>;
-          launch_forward_tiles<LongTraits, TileKernels::plain_stride>(params, args, stream);
-          return;
-        }
-      }
-      // use_tall_tile excludes softcap and dropout: no extras kernel for these tiles.
-      using TallTraits = Sm90ForwardTraits<Element, kHeadDim, Tall>;
+    if (tile == ForwardTileShape::tall) {  // use_tall_tile excludes softcap and dropout
+      using TallTraits = Sm90ForwardTraits<Element, kHeadDim, ForwardTallTileConfig<kHeadDim>>;
       launch_forward_tiles<TallTraits, TileKernels::plain>(params, args, stream);
       return;
     }

@@ -15,6 +15,7 @@
 #include "../../common/check_cuda.hpp"
 #include "../../common/env_switch.hpp"
 #include "split_walk.hpp"
+#include "tile_config.hpp"
 #include "tile_rounds.hpp"
 
 namespace flashpp::cuda::sm90 {
@@ -145,6 +146,29 @@ inline bool use_long_keys_tile(const Call& call, std::int64_t k_len) {
   const int forced = env_switch("FLASHPP_SM90_FWD_LONG");
   if (forced >= 0) return forced == 1;
   return k_len >= Tile::min_keys;
+}
+
+// The tile shape a call of head dim kHeadDim takes: the tall tile where use_tall_tile takes
+// it, and of those calls the long-keys one where use_long_keys_tile does; else the two-warpgroup
+// tile (ForwardTileConfig). The launch (launch.cuh) and the workspace query (dispatch.cu) both
+// ask here. Call, q_len, batch_heads, device: as for use_tall_tile; k_len: the keys.
+enum class ForwardTileShape { two_warpgroups, tall, long_keys };
+
+template <int kHeadDim, typename Call>
+inline ForwardTileShape forward_tile_shape(const Call& call, std::int64_t q_len,
+                                           std::int64_t k_len, std::int64_t batch_heads,
+                                           int device) {
+  if constexpr (ForwardTallTileConfig<kHeadDim>::exists) {
+    if (use_tall_tile<ForwardTallTileConfig<kHeadDim>>(call, q_len, batch_heads, device)) {
+      if constexpr (ForwardLongKeysTileConfig<kHeadDim>::exists) {
+        if (use_long_keys_tile<ForwardLongKeysTileConfig<kHeadDim>>(call, k_len)) {
+          return ForwardTileShape::long_keys;
+        }
+      }
+      return ForwardTileShape::tall;
+    }
+  }
+  return ForwardTileShape::two_warpgroups;
 }
 
 // Whether a call can take the split walk at all (launch_forward_tiles and the workspace query,

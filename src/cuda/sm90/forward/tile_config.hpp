@@ -100,8 +100,9 @@ struct ForwardTallTileConfig<128> : Sm90TileShape<3, 64, 3> {
 // reductions and rescales). split_plan.hpp's use_long_keys_tile picks it from `min_keys` keys.
 // Only its plain kernel on the stride walk is instantiated (4 bytes of spills at D=128, none at
 // D=96): the D=128 split-walk kernel spills 104 bytes and measured no better, and masked calls
-// lost with it (causal N=1536 -4..-6%). Session 41 (H200, bf16 and fp16, unmasked, B=4 H=32 (B=2 at 16384),
-// against the tall tile in the same library; gpu_compare / do_bench at the power limit):
+// lost with it (causal N=1536 -4..-6%). Session 41 (H200, bf16 and fp16, unmasked, B=4 H=32
+// (B=2 at 16384), against the tall tile in the same library; gpu_compare / do_bench at the
+// power limit):
 //   D=128 (runs 3-4): N=16384 +5.7..+8.0% / +2.1..+5.8%, N=8192 +5.3..+6.0% / +4.1..+6.2%,
 //     N=4096 0..+2.8% / -0.1..+3.0%, N=1536 -1.3..-1.1% / -3.0..-1.0%; B=2 Nq=4096 Nk=32768
 //     +3.6% (do_bench). 96-key tiles spill and serialise their products (session 40).
