@@ -57,17 +57,19 @@ inline std::int64_t split_kv_bytes(const SplitWalkPlan& plan, std::int64_t items
   return kv_heads * kv_head_bytes;
 }
 
-// An attribute of `device` (asked once per device; -1: the current device).
+// An attribute of `device` (asked once per device, the first 64 devices; -1: the current device).
 template <cudaDeviceAttr kAttribute>
 inline std::int64_t cached_device_attribute(int device, const char* what) {
   static std::int64_t cache[64] = {};
   if (device < 0) check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  std::int64_t& slot = cache[device < 64 ? device : 0];
-  if (slot == 0) {
+  auto ask = [&] {
     int value = 0;
     check_cuda(cudaDeviceGetAttribute(&value, kAttribute, device), what);
-    slot = value > 0 ? value : 1;
-  }
+    return value > 0 ? std::int64_t{value} : std::int64_t{1};
+  };
+  if (device >= 64) return ask();  // beyond the cache: asked every time, never another's slot
+  std::int64_t& slot = cache[device];
+  if (slot == 0) slot = ask();
   return slot;
 }
 // The L2 size of `device` and its SM count.
