@@ -31,6 +31,9 @@ For each total length N (causal, B=1, H=32, D=128, bf16, forward + backward):
   (profile_hidden), the NCCL busy time and the time with no compute kernel running
   (compute_idle, within the run's first to last kernel).
 --million: then total lengths (default 1M) on the ring alone: time, peak memory per GPU.
+--prewarm N0: first one untimed single-GPU call and one ring call per group at N0 tokens, so that
+the timed lengths can run without warm-ups of their own (--warmup 0): at 1M tokens one warm-up of
+the single-GPU call alone costs about a minute.
 CUDA events; per variant --warmup and --reps (defaults: N >= 512k 1 warmup of ring and comm
 and 2 reps; shorter 1 warmup each and 5 reps). Every rep's time and the caching allocator's
 counters (alloc retries: device-synchronising frees) are in the JSON.
@@ -374,6 +377,24 @@ def bench_length(N, args, world, rank, results, groups):
         torch.cuda.empty_cache()
 
 
+def prewarm(N, args, world, groups):
+    """One untimed forward + backward on one GPU and one on the ring over each group at N tokens:
+    loads the kernels and makes the communicators before the timed lengths."""
+    H, D, dt = args.heads, args.dim, torch.bfloat16
+    for n, call in ((N, lambda q, k, v, g: flashpp.attention(q, k, v, causal=True)),
+                    (N // world, lambda q, k, v, g: fd.ring_attention(q, k, v, group=g, causal=True,
+                                                                       head_chunks=args.head_chunks))):
+        q, k, v, do = (torch.randn(1, n, H, D, device=DEV, dtype=dt) for _ in range(4))
+        q.requires_grad_(); k.requires_grad_(); v.requires_grad_()
+        for g in [None] + list(groups.values()):
+            call(q, k, v, g).backward(do)
+            if n == N:
+                break  # the single-GPU call has no group
+        del q, k, v, do
+    sync()
+    dist.barrier()
+
+
 def bench_million(args, world, rank, results, N, group=None):
     H, D, dt = args.heads, args.dim, torch.bfloat16
     n = N // world
@@ -429,6 +450,8 @@ def main():
                     help="the profiled run and the --million runs use the group of this --ctas value instead of the default group")
     ap.add_argument("--million", type=int, nargs="*", default=None,
                     help="total lengths for the large run (default 1048576 when given bare)")
+    ap.add_argument("--prewarm", type=int, default=None,
+                    help="one untimed single-GPU and ring call at this many tokens before the timed lengths")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--cpu", action="store_true", help="dry run on the CPU over gloo")
     args = ap.parse_args()
@@ -454,6 +477,9 @@ def main():
     if args.ring_ctas is not None and args.ring_ctas not in groups:
         ap.error("--ring-ctas must be one of --ctas")
     results = []
+    if args.prewarm:
+        prewarm(args.prewarm, args, world, groups)
+        log(rank, f"ring_bench: prewarmed at N={args.prewarm}")
     for N in args.seqs:
         bench_length(N, args, world, rank, results, groups)
     if args.million is not None:
