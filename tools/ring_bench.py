@@ -228,8 +228,14 @@ def variant_list(args, groups):
     return out
 
 
+def inputs(n, args):
+    """q, k, v (requiring grad) and dO of one call: B=1, n tokens, args.heads x args.dim, bf16."""
+    q, k, v, do = (torch.randn(1, n, args.heads, args.dim, device=DEV, dtype=torch.bfloat16)
+                   for _ in range(4))
+    return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), do
+
+
 def bench_length(N, args, world, rank, results, groups):
-    H, D, dt = args.heads, args.dim, torch.bfloat16
     long_seq = N >= 524288
     reps = args.reps if args.reps is not None else (2 if long_seq else 5)
     n = N // world
@@ -239,8 +245,7 @@ def bench_length(N, args, world, rank, results, groups):
     if not args.no_single:
         warmup = args.warmup if args.warmup is not None else 1
         t1_reps = args.reps if args.reps is not None else (2 if long_seq else 3)
-        q, k, v, do = (torch.randn(1, N, H, D, device=DEV, dtype=dt) for _ in range(4))
-        q.requires_grad_(); k.requires_grad_(); v.requires_grad_()
+        q, k, v, do = inputs(N, args)
 
         def single(mark):
             o = flashpp.attention(q, k, v, causal=True)
@@ -255,8 +260,7 @@ def bench_length(N, args, world, rank, results, groups):
             torch.cuda.empty_cache()
         write_json(args, rank, results)
     # the ring and its variants: the same call, different knobs
-    q, k, v, do = (torch.randn(1, n, H, D, device=DEV, dtype=dt) for _ in range(4))
-    q.requires_grad_(); k.requires_grad_(); v.requires_grad_()
+    q, k, v, do = inputs(n, args)
     chunks_seen = {}
     auto = fd._auto_head_chunks
 
@@ -378,30 +382,24 @@ def bench_length(N, args, world, rank, results, groups):
 
 
 def prewarm(N, args, world, groups):
-    """One untimed forward + backward on one GPU and one on the ring over each group at N tokens:
+    """One untimed forward + backward on one GPU at N tokens and one on the ring over each group:
     loads the kernels and makes the communicators before the timed lengths."""
-    H, D, dt = args.heads, args.dim, torch.bfloat16
-    for n, call in ((N, lambda q, k, v, g: flashpp.attention(q, k, v, causal=True)),
-                    (N // world, lambda q, k, v, g: fd.ring_attention(q, k, v, group=g, causal=True,
-                                                                       head_chunks=args.head_chunks))):
-        q, k, v, do = (torch.randn(1, n, H, D, device=DEV, dtype=dt) for _ in range(4))
-        q.requires_grad_(); k.requires_grad_(); v.requires_grad_()
-        for g in [None] + list(groups.values()):
-            call(q, k, v, g).backward(do)
-            if n == N:
-                break  # the single-GPU call has no group
-        del q, k, v, do
+    q, k, v, do = inputs(N, args)
+    flashpp.attention(q, k, v, causal=True).backward(do)
+    q, k, v, do = inputs(N // world, args)
+    for g in [None, *groups.values()]:
+        fd.ring_attention(q, k, v, group=g, causal=True, head_chunks=args.head_chunks).backward(do)
+    del q, k, v, do
     sync()
     dist.barrier()
 
 
 def bench_million(args, world, rank, results, N, group=None):
-    H, D, dt = args.heads, args.dim, torch.bfloat16
+    H = args.heads
     n = N // world
     if DEV == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    q, k, v, do = (torch.randn(1, n, H, D, device=DEV, dtype=dt) for _ in range(4))
-    q.requires_grad_(); k.requires_grad_(); v.requires_grad_()
+    q, k, v, do = inputs(n, args)
     dist.barrier()
     sync()
     t0 = time.perf_counter()
