@@ -151,19 +151,30 @@ void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
 // tiles) and 4096 (22) +0..+0.7%; 16384 (86) -1.9% bf16, +1.2% fp16. Its first round reads the
 // K/V of ~128 heads at once, where the plain order shares a head's K/V among neighbouring tiles.
 inline constexpr std::int64_t kLastFirstMaxTiles = 8;
+// The tall D=64 tile takes the order up to 24 tiles a head (N <= 4608). Measured with
+// FLASHPP_SM90_FWD_LAST_FIRST=1 against the plain order in the same library (H200, unmasked, bf16
+// and fp16, gpu_compare):
+//   session 42 run 3: +1.0..+1.9% at N 2048 and 4096, +0.2..+0.5% beyond;
+//   session 43 run 2 (against an A/A control of the plain order, which read within 0.3% of it
+//     there): N=2048 +1.5%, 4096 +0.8..+1.1%, 8192 +0.1..+0.5%, 16384 -0.2..+0.8%; do_bench
+//     2048 +0.1..+1.6%, 4096 +0.7..+1.6%; N=3072 (16 whole tiles, where the order does not
+//     apply) within 0.2%.
+// The tall D 96 and 128 tiles measured -0.9..+1.2% there (session 42 run 3) and keep 8.
+inline constexpr std::int64_t kLastFirstMaxTilesTallD64 = 24;
 
 // Whether a launch of block_m-row query tiles on `choice` takes last_tiles_first_item's order:
 // the stride walk of a persistent grid without a mask, where the last query tile of each head
 // leaves whole consumers without rows (they skip the item: pass_item) and a head has at most
-// kLastFirstMaxTiles tiles. FLASHPP_SM90_FWD_LAST_FIRST=0 / =1 keeps the plain order / takes this
+// `max_tiles` tiles. FLASHPP_SM90_FWD_LAST_FIRST=0 / =1 keeps the plain order / takes this
 // one at any length (A/B runs; read at every call).
-inline bool last_tiles_first(const ForwardParams& params, const WalkChoice& choice, int block_m) {
+inline bool last_tiles_first(const ForwardParams& params, const WalkChoice& choice, int block_m,
+                             std::int64_t max_tiles) {
   const std::int64_t last_rows = params.q_len % block_m;
   const std::int64_t q_tiles = (params.q_len + block_m - 1) / block_m;
   const int forced = env_switch("FLASHPP_SM90_FWD_LAST_FIRST");
   return choice.grid == ForwardGrid::walk_persistent && choice.walk == WalkKind::stride &&
          !params.mask.active() && q_tiles > 1 && last_rows != 0 && last_rows <= block_m - 64 &&
-         (forced == 1 || (forced < 0 && q_tiles <= kLastFirstMaxTiles));
+         (forced == 1 || (forced < 0 && q_tiles <= max_tiles));
 }
 
 // Rows the query tiles of a launch start before row 0 (Sm90ForwardParams::q_tile_shift): where the
@@ -218,7 +229,9 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
   // instantiated for the plain kernel only.
   if (extras && Traits::kHeadDim == 128 && persistent_forced() != 1) choice = one_per_item;
   if (choice.walk != WalkKind::stride && extras) choice = one_per_item;
-  p.args.last_tiles_first = last_tiles_first(params, choice, Traits::kBlockM);
+  constexpr bool kTallD64 = Traits::kHeadDim == 64 && Traits::kConsumers == 3;
+  p.args.last_tiles_first = last_tiles_first(
+      params, choice, Traits::kBlockM, kTallD64 ? kLastFirstMaxTilesTallD64 : kLastFirstMaxTiles);
   p.q_tile_shift = choice.walk == WalkKind::snake ? query_tile_shift(params, Traits::kBlockM) : 0;
   auto kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none>;
   if constexpr (kKernels == TileKernels::all) {
