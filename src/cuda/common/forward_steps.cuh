@@ -228,7 +228,12 @@ __device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_update(
 //               rescale. Almost every tile after the first, with nothing but the sums and a vote.
 //   rescaled:   a row rose further, or saw its first visible key, with 2^-100 < largest P <
 //               2^100: its P, partial sum and O are scaled by 1 / (largest P), and its reference
-//               moves by log2 of it. Exact up to the rounding of one more multiply.
+//               moves by log2 of it. Exact up to the rounding of one more multiply. With the
+//               sums' vote, once a vote has failed, every row of the warp whose largest P
+//               exceeds 1 is rescaled so, not only those past 2^slack. A reference taken
+//               from few keys (the top rows of a causal diagonal tile, which the classic first
+//               step saw one key of) otherwise stays below the row's scores for the rest of
+//               the item: its sums fail the vote on every later tile, though no P passes 2^slack.
 //   recomputed: a row whose P may have overflowed or underflowed entirely (scores that jump by
 //               2^100 or more: never ordinary data): `recompute(s)` writes the tile's scores
 //               again (with the same softcap and mask), such rows take the tile's max as their
@@ -302,9 +307,9 @@ __device__ __forceinline__ void judge_rows(SpeculativePass<Traits>& pass,
           largest = fmaxf(largest, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
       }
       const float m = quad_max(largest);
-      const bool row_kept = row_max[mt][half] != -INFINITY
-                                ? m <= pow2(static_cast<int>(Traits::kRescaleSlackLog2))
-                                : !sees_tile[mt][half];
+      // The sums' vote failed: every row above its reference moves (online_softmax_speculative).
+      constexpr float kKeepLimit = kSumVote ? 1.0f : pow2(static_cast<int>(Traits::kRescaleSlackLog2));
+      const bool row_kept = row_max[mt][half] != -INFINITY ? m <= kKeepLimit : !sees_tile[mt][half];
       const float jump = fast_log2(m);  // +-inf for P = inf or 0
       pass.jump[mt][half] = jump;
       pass.row_kept[mt][half] = row_kept;
