@@ -224,8 +224,9 @@ __device__ __forceinline__ SoftmaxCorrection<Traits> online_softmax_update(
 // row's current reference (row_max; 0 while it is -inf), and nothing waits for the tile's max.
 // Then, per warp (a uniform branch), from the lanes' partial sums of P (no P exceeds them):
 //   kept:       every lane's sums are at most 2^slack (a row without a reference: it sees no key
-//               of the tile), or, after a quad max, every row's largest P is: P is final, no
-//               rescale. Almost every tile after the first, with nothing but the sums and a vote.
+//               of the tile), or, after a quad max, every row's largest P is at most 1 (at most
+//               2^slack with the max vote): P is final, no rescale. Almost every tile after the
+//               first, with nothing but the sums and a vote.
 //   rescaled:   a row rose further, or saw its first visible key, with 2^-100 < largest P <
 //               2^100: its P, partial sum and O are scaled by 1 / (largest P), and its reference
 //               moves by log2 of it. Exact up to the rounding of one more multiply. With the
