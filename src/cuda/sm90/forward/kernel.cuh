@@ -102,6 +102,7 @@ struct Sm90ForwardTraits {
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = Config::block_n;
   static constexpr int kStages = Config::stages;
+  static constexpr long long kLastFirstMaxTiles = Config::last_first_max_tiles;  // launch.cuh
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kPaddedHeadDim = (kHeadDim + 63) / 64 * 64;
   static constexpr int kPanels = kPaddedHeadDim / 64;

@@ -145,28 +145,16 @@ void launch_query_tiles(Kernel kernel, int threads, int smem_bytes, int block_m,
   }
 }
 
-// The most query tiles a head may have for last_tiles_first_item's order. Session 26 run 2 (H100,
-// bf16 and fp16, D=64 tall tile, gpu_compare, against the plain order in the same build): N=1024
-// (6 tiles a head: the busiest blocks go from 6 items to 5 and a cheap one) +2.9..+3.3%; 2048 (11
-// tiles) and 4096 (22) +0..+0.7%; 16384 (86) -1.9% bf16, +1.2% fp16. Its first round reads the
-// K/V of ~128 heads at once, where the plain order shares a head's K/V among neighbouring tiles.
-inline constexpr std::int64_t kLastFirstMaxTiles = 8;
-// The tall D=64 tile takes the order up to 24 tiles a head (N <= 4608). Measured with
-// FLASHPP_SM90_FWD_LAST_FIRST=1 against the plain order in the same library (H200, unmasked, bf16
-// and fp16, gpu_compare):
-//   session 42 run 3: +1.0..+1.9% at N 2048 and 4096, +0.2..+0.5% beyond;
-//   session 43 run 2 (against an A/A control of the plain order, which read within 0.3% of it
-//     there): N=2048 +1.5%, 4096 +0.8..+1.1%, 8192 +0.1..+0.5%, 16384 -0.2..+0.8%; do_bench
-//     2048 +0.1..+1.6%, 4096 +0.7..+1.6%; N=3072 (16 whole tiles, where the order does not
-//     apply) within 0.2%.
-// The tall D 96 and 128 tiles measured -0.9..+1.2% there (session 42 run 3) and keep 8.
-inline constexpr std::int64_t kLastFirstMaxTilesTallD64 = 24;
-
 // Whether a launch of block_m-row query tiles on `choice` takes last_tiles_first_item's order:
 // the stride walk of a persistent grid without a mask, where the last query tile of each head
 // leaves whole consumers without rows (they skip the item: pass_item) and a head has at most
-// `max_tiles` tiles. FLASHPP_SM90_FWD_LAST_FIRST=0 / =1 keeps the plain order / takes this
-// one at any length (A/B runs; read at every call).
+// `max_tiles` tiles (the tile's last_first_max_tiles, tile_config.hpp). The 8 of most tiles:
+// session 26 run 2 (H100, bf16 and fp16, D=64 tall tile, gpu_compare, against the plain order in
+// the same build): N=1024 (6 tiles a head: the busiest blocks go from 6 items to 5 and a cheap
+// one) +2.9..+3.3%; 2048 (11 tiles) and 4096 (22) +0..+0.7%; 16384 (86) -1.9% bf16, +1.2% fp16.
+// Its first round reads the K/V of ~128 heads at once, where the plain order shares a head's K/V
+// among neighbouring tiles. FLASHPP_SM90_FWD_LAST_FIRST=0 / =1 keeps the plain order / takes
+// this one at any length (A/B runs; read at every call).
 inline bool last_tiles_first(const ForwardParams& params, const WalkChoice& choice, int block_m,
                              std::int64_t max_tiles) {
   const std::int64_t last_rows = params.q_len % block_m;
@@ -229,9 +217,8 @@ void launch_forward_tiles(const ForwardParams& params, const detail::ForwardArgs
   // instantiated for the plain kernel only.
   if (extras && Traits::kHeadDim == 128 && persistent_forced() != 1) choice = one_per_item;
   if (choice.walk != WalkKind::stride && extras) choice = one_per_item;
-  constexpr bool kTallD64 = Traits::kHeadDim == 64 && Traits::kConsumers == 3;
-  p.args.last_tiles_first = last_tiles_first(
-      params, choice, Traits::kBlockM, kTallD64 ? kLastFirstMaxTilesTallD64 : kLastFirstMaxTiles);
+  p.args.last_tiles_first =
+      last_tiles_first(params, choice, Traits::kBlockM, Traits::kLastFirstMaxTiles);
   p.q_tile_shift = choice.walk == WalkKind::snake ? query_tile_shift(params, Traits::kBlockM) : 0;
   auto kernel = flash_fwd_sm90_kernel<Traits, ScoreExtras::none>;
   if constexpr (kKernels == TileKernels::all) {

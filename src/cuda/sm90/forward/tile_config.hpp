@@ -17,6 +17,9 @@ struct Sm90TileShape {
   static constexpr int consumers = kConsumers;
   static constexpr int block_n = kBlockN;
   static constexpr int stages = kStages;
+  // The most query tiles a head may have for the part-empty tiles first order of unmasked calls
+  // (launch.cuh, last_tiles_first; session 26 run 2 for the 8).
+  static constexpr long long last_first_max_tiles = 8;
 };
 
 template <int kHeadDim>
@@ -76,11 +79,20 @@ template <int kHeadDim>
 struct ForwardTallTileConfig {
   static constexpr bool exists = false;
 };
+// The tall D=64 tile takes the part-empty tiles first order up to 24 tiles a head (N <= 4608).
+// Measured with FLASHPP_SM90_FWD_LAST_FIRST=1 against the plain order in the same library (H200,
+// unmasked, bf16 and fp16, gpu_compare): session 42 run 3: +1.0..+1.9% at N 2048 and 4096,
+// +0.2..+0.5% beyond; session 43 run 2 (against an A/A control of the plain order, which read
+// within 0.3% of it there): N=2048 +1.5%, 4096 +0.8..+1.1%, 8192 +0.1..+0.5%, 16384
+// -0.2..+0.8%; do_bench 2048 +0.1..+1.6%, 4096 +0.7..+1.6%; N=3072 (16 whole tiles, where the
+// order does not apply) within 0.2%. The tall D 96 and 128 tiles measured -0.9..+1.2% there
+// (session 42 run 3) and keep 8.
 template <>
 struct ForwardTallTileConfig<64> : Sm90TileShape<3, 128, 4> {
   static constexpr bool exists = true;
   static constexpr long long unmasked_two_tile_rows = 0;
   static constexpr long long round_slack = -1;
+  static constexpr long long last_first_max_tiles = 24;
 };
 template <>
 struct ForwardTallTileConfig<96> : Sm90TileShape<3, 64, 3> {
