@@ -148,8 +148,10 @@ struct Sm90ForwardTraits {
   static_assert(kSmemBytes <= kMaxSmemBytes, "shared memory of one Hopper block");
 
   // Registers per thread after the reallocation (the block's 64K split between the roles).
+  // Four consumers (the tall D=64 tile) get 112: 640 threads launch with 96 registers each.
+  static_assert(kConsumers >= 2 && kConsumers <= 4, "named barrier ids (ForwardBarrier)");
   static constexpr int kProducerRegisters = kConsumers == 2 ? 24 : 32;
-  static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
+  static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : kConsumers == 3 ? 160 : 112;
   static_assert(ptx::register_split_fits(kProducerRegisters, kConsumers, kConsumerRegisters));
 
   static_assert(kBlockN % 16 == 0 && kHeadDim % 8 == 0, "tile shapes");
@@ -210,8 +212,8 @@ struct SharedStorage {
 };
 
 // Named barriers of this kernel (0 is __syncthreads); each id below is the first of a block of
-// one barrier per consumer warpgroup.
-enum class ForwardBarrier : int { consumer_epilogue = 1, issue_turn = 4 };
+// one barrier per consumer warpgroup (up to four: ids 1-4 and 5-8).
+enum class ForwardBarrier : int { consumer_epilogue = 1, issue_turn = 5 };
 
 // FLASHPP_SM90_PINGPONG=0 (compile definition) lets the consumer warpgroups issue their products
 // whenever they are ready, for A/B runs against the default turn-taking.

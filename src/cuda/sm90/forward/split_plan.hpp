@@ -107,8 +107,8 @@ inline SplitWalkPlan split_walk_plan(std::int64_t q_len, std::int64_t k_len,
              : SplitWalkPlan{};
 }
 
-// Whether a call takes the head dim's tall tile (ForwardTallTileConfig, three consumer
-// warpgroups) where it has one: calls without softcap and dropout (their kernel spills at 160
+// Whether a call takes the head dim's tall tile (ForwardTallTileConfig: three consumer
+// warpgroups, four at D=64) where it has one: calls without softcap and dropout (their kernel spills at 160
 // registers), unmasked above the tile's unmasked_two_tile_rows query rows (tile_config.hpp: 0 at
 // D 64 and 96, 1024 at D=128), masked above kTwoTileMaskedRows. Measured at D=64, causal, against
 // the two-warpgroup tile: session 17 N=16384 +10%, 4096 equal, 1024 -15%; since each

@@ -59,13 +59,13 @@ template <> struct ForwardTileConfig<192> : Sm90TileShape<2, 64, 2> {};
 template <> struct ForwardTileConfig<256> : Sm90TileShape<2, 64, 2> {};
 #endif
 
-// A second shape where the registers allow three consumer warpgroups (192 query rows a block,
-// 160 registers each): more warps to overlap one warpgroup's softmax with the others' products,
-// and a third fewer K/V bytes copied into each SM per FLOP (at the power limit the copies' energy
-// sets part of the speed: perf-notes session 40). split_plan.hpp's use_tall_tile picks it: unmasked
-// calls of more than `unmasked_two_tile_rows` query rows whose rounds on the persistent grid
-// cost at most `round_slack` percent more rows (tall_rounds_pay; negative: not asked), masked
-// ones of more than kTwoTileMaskedRows.
+// A second shape where the registers allow more consumer warpgroups (three: 192 query rows a block,
+// 160 registers each; at D=64 four: 256 rows, 112 registers each): more warps to overlap one
+// warpgroup's softmax with the others' products, and fewer K/V bytes copied into each SM per FLOP
+// (at the power limit the copies' energy sets part of the speed: perf-notes session 40).
+// split_plan.hpp's use_tall_tile picks it: unmasked calls of more than `unmasked_two_tile_rows`
+// query rows whose rounds on the persistent grid cost at most `round_slack` percent more rows
+// (tall_rounds_pay; negative: not asked), masked ones of more than kTwoTileMaskedRows.
 //   D=64 (128-key tiles): session 17 run 1 (H100, bf16, B=4 H=32, gpu_compare, against the table
 //     above): N=4096 +14%, N=16384 +20% without a mask, +10% causal at 16384; causal N=4096
 //     equal, N=1024 -15% (fewer, costlier items).
@@ -79,16 +79,18 @@ template <int kHeadDim>
 struct ForwardTallTileConfig {
   static constexpr bool exists = false;
 };
-// The tall D=64 tile takes the part-empty tiles first order up to 24 tiles a head (N <= 4608).
-// Measured with FLASHPP_SM90_FWD_LAST_FIRST=1 against the plain order in the same library (H200,
-// unmasked, bf16 and fp16, gpu_compare): session 42 run 3: +1.0..+1.9% at N 2048 and 4096,
-// +0.2..+0.5% beyond; session 43 run 2 (against an A/A control of the plain order, which read
-// within 0.3% of it there): N=2048 +1.5%, 4096 +0.8..+1.1%, 8192 +0.1..+0.5%, 16384
-// -0.2..+0.8%; do_bench 2048 +0.1..+1.6%, 4096 +0.7..+1.6%; N=3072 (16 whole tiles, where the
-// order does not apply) within 0.2%. The tall D 96 and 128 tiles measured -0.9..+1.2% there
-// (session 42 run 3) and keep 8.
+// The tall D=64 tile has four consumer warpgroups (256 rows; 112 registers each, kernel.cuh) on
+// 64-key tiles in six stages. Session 44 run 3 (H200, fp16 and bf16, B=4 H=32 (B=2 at 16384),
+// against the 192-row tile of three consumers on 128-key tiles in the same process; gpu_compare, an
+// A/A control within 0.6%; do_bench --repeats 3): unmasked N=1024 +6.1% / +7..+8% (4 tiles a head
+// instead of 6, the last a third full), 1536 -0.5..-0.2%, 2048 +0.7..+1.3%, 4096 +1.4..+1.6% /
+// +0.1..+1.8%, 16384 +1.3%; causal N=1536 +0.3..+0.6%, 2048 +6.7..+7.1%, 4096 +3.2..+3.9% /
+// +0.4..+1.6%, 16384 -0.1..+0.2% (causal N<=1024 keeps the 128-row tile). Four stages read 0-1.7%
+// below six; three consumers on 64-key tiles -3..-11%. The part-empty tiles first order takes up to
+// 24 tiles a head (session 42 run 3 and session 43 run 2 measured it on the 192-row tile:
+// +0.8..+1.9% at N 2048 and 4096; not measured again on this tile).
 template <>
-struct ForwardTallTileConfig<64> : Sm90TileShape<3, 128, 4> {
+struct ForwardTallTileConfig<64> : Sm90TileShape<4, 64, 6> {
   static constexpr bool exists = true;
   static constexpr long long unmasked_two_tile_rows = 0;
   static constexpr long long round_slack = -1;
