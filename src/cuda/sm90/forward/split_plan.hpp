@@ -107,21 +107,20 @@ inline SplitWalkPlan split_walk_plan(std::int64_t q_len, std::int64_t k_len,
              : SplitWalkPlan{};
 }
 
-// Whether a call takes the head dim's tall tile (ForwardTallTileConfig: three consumer
-// warpgroups, four at D=64) where it has one: calls without softcap and dropout (their kernel spills at 160
-// registers), unmasked above the tile's unmasked_two_tile_rows query rows (tile_config.hpp: 0 at
-// D 64 and 96, 1024 at D=128), masked above kTwoTileMaskedRows. Measured at D=64, causal, against
-// the two-warpgroup tile: session 17 N=16384 +10%, 4096 equal, 1024 -15%; since each
-// warpgroup skips the key tiles its rows do not see and the part-empty tile comes first
-// (session 29 run 3, H200, bf16): 1024 +1.1%, 2048 +10.5%; since the two-warpgroup tile's masked
-// tiles use the mask words (session 32 runs 10-11, H100): 1024 -2.8..-4.1% (bf16, fp16), 1536
-// +12..+13%, 2048 +0.3..+7%. Masked calls up to 1024 rows keep the two-warpgroup tile.
-// FLASHPP_SM90_FWD_TALL=0 / =1 forces it off / on for every call the tile can take (A/B runs and
-// tests; read at every call). Unmasked calls also ask tall_rounds_pay (below). Call: a
-// ForwardParams or a Problem (the workspace query), whose query length is q_len.
-inline constexpr std::int64_t kTwoTileMaskedRows = 1024;
-
-// Tile: the head dim's ForwardTallTileConfig (its unmasked_two_tile_rows, and round_slack for
+// Whether a call takes the head dim's tall tile (ForwardTallTileConfig: three consumer warpgroups,
+// four at D=64) where it has one: calls without softcap and dropout (their kernel spills at 160
+// registers), unmasked above the tile's unmasked_two_tile_rows query rows (tile_config.hpp: 0 at D
+// 64 and 96, 1024 at D=128), masked above its masked_two_tile_rows (384 at D=64, 1024 at D 96 and
+// 128). Measured at D=64, causal, against the two-warpgroup tile, on the 192-row tile: session 17
+// N=16384 +10%, 4096 equal, 1024 -15%; since each warpgroup skips the key tiles its rows do not see
+// and the part-empty tile comes first (session 29 run 3, H200, bf16): 1024 +1.1%, 2048 +10.5%;
+// since the two-warpgroup tile's masked tiles use the mask words (session 32 runs 10-11, H100):
+// 1024 -2.8..-4.1% (bf16, fp16), 1536 +12..+13%, 2048 +0.3..+7%. On the 256-row tile of session 44:
+// tile_config.hpp. FLASHPP_SM90_FWD_TALL=0 / =1 forces it off / on for every call the tile can take
+// (A/B runs and tests; read at every call). Unmasked calls also ask tall_rounds_pay (below). Call:
+// a ForwardParams or a Problem (the workspace query), whose query length is q_len.
+//
+// Tile: the head dim's ForwardTallTileConfig (its row limits, and round_slack for
 // tall_rounds_pay: negative where unmasked calls do not ask, D=64, whose tall tile gains 14-20%).
 // `batch_heads` (B x Hq) and `device` (-1: the current one; its SMs give the persistent grid's
 // blocks) for tall_rounds_pay, asked only where it decides.
@@ -131,7 +130,7 @@ inline bool use_tall_tile(const Call& call, std::int64_t q_len, std::int64_t bat
   if (call.softcap > 0.0f || call.dropout.threshold != 0) return false;
   const int forced = env_switch("FLASHPP_SM90_FWD_TALL");
   if (forced >= 0) return forced == 1;
-  if (call.mask.active()) return q_len > kTwoTileMaskedRows;
+  if (call.mask.active()) return q_len > Tile::masked_two_tile_rows;
   if (q_len <= Tile::unmasked_two_tile_rows) return false;
   return Tile::round_slack < 0 ||
          tall_rounds_pay(q_len, batch_heads, persistent_blocks(device_sm_count(device)),

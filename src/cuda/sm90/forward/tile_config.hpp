@@ -65,7 +65,7 @@ template <> struct ForwardTileConfig<256> : Sm90TileShape<2, 64, 2> {};
 // (at the power limit the copies' energy sets part of the speed: perf-notes session 40).
 // split_plan.hpp's use_tall_tile picks it: unmasked calls of more than `unmasked_two_tile_rows`
 // query rows whose rounds on the persistent grid cost at most `round_slack` percent more rows
-// (tall_rounds_pay; negative: not asked), masked ones of more than kTwoTileMaskedRows.
+// (tall_rounds_pay; negative: not asked), masked ones of more than `masked_two_tile_rows`.
 //   D=64 (128-key tiles): session 17 run 1 (H100, bf16, B=4 H=32, gpu_compare, against the table
 //     above): N=4096 +14%, N=16384 +20% without a mask, +10% causal at 16384; causal N=4096
 //     equal, N=1024 -15% (fewer, costlier items).
@@ -89,22 +89,29 @@ struct ForwardTallTileConfig {
 // below six; three consumers on 64-key tiles -3..-11%. The part-empty tiles first order takes up to
 // 24 tiles a head (session 42 run 3 and session 43 run 2 measured it on the 192-row tile:
 // +0.8..+1.9% at N 2048 and 4096; not measured again on this tile).
+// Masked calls take it above 384 rows (the 192-row tile: above 1024). Session 44 runs 4-5 (H200,
+// causal, fp16 and bf16, B=4 H=32, gpu_compare, FLASHPP_SM90_FWD_TALL=1 against the 128-row tile in
+// the same process): N=256 +2..+3%, 384 -1.0..-2.7%, 512 +4.0..+5.5%, 640 +3.4..+3.9%, 768
+// +9.2..+10.9%, 896 +1.2..+2.2%, 1024 +5.7..+6.7%.
 template <>
 struct ForwardTallTileConfig<64> : Sm90TileShape<4, 64, 6> {
   static constexpr bool exists = true;
   static constexpr long long unmasked_two_tile_rows = 0;
+  static constexpr long long masked_two_tile_rows = 384;
   static constexpr long long round_slack = -1;
   static constexpr long long last_first_max_tiles = 24;
 };
 template <>
 struct ForwardTallTileConfig<96> : Sm90TileShape<3, 64, 3> {
   static constexpr bool exists = true;
+  static constexpr long long masked_two_tile_rows = 1024;
   static constexpr long long unmasked_two_tile_rows = 0;
   static constexpr long long round_slack = 5;
 };
 template <>
 struct ForwardTallTileConfig<128> : Sm90TileShape<3, 64, 3> {
   static constexpr bool exists = true;
+  static constexpr long long masked_two_tile_rows = 1024;
   static constexpr long long unmasked_two_tile_rows = 1024;
   static constexpr long long round_slack = 5;
 };
