@@ -85,10 +85,10 @@ struct ForwardTallTileConfig {
 // A/A control within 0.6%; do_bench --repeats 3): unmasked N=1024 +6.1% / +7..+8% (4 tiles a head
 // instead of 6, the last a third full), 1536 -0.5..-0.2%, 2048 +0.7..+1.3%, 4096 +1.4..+1.6% /
 // +0.1..+1.8%, 16384 +1.3%; causal N=1536 +0.3..+0.6%, 2048 +6.7..+7.1%, 4096 +3.2..+3.9% /
-// +0.4..+1.6%, 16384 -0.1..+0.2% (causal N<=1024 keeps the 128-row tile). Four stages read 0-1.7%
-// below six; three consumers on 64-key tiles -3..-11%. The part-empty tiles first order takes up to
-// 24 tiles a head (session 42 run 3 and session 43 run 2 measured it on the 192-row tile:
-// +0.8..+1.9% at N 2048 and 4096; not measured again on this tile).
+// +0.4..+1.6%, 16384 -0.1..+0.2% (causal N<=1024 took the 128-row tile then). Four stages read
+// 0-1.7% below six; three consumers on 64-key tiles -3..-11%. The part-empty tiles first order
+// takes up to 24 tiles a head (session 42 run 3 and session 43 run 2 measured it on the 192-row
+// tile: +0.8..+1.9% at N 2048 and 4096; not measured again on this tile).
 // Masked calls take it above 384 rows (the 192-row tile: above 1024). Session 44 runs 4-5 (H200,
 // causal, fp16 and bf16, B=4 H=32, gpu_compare, FLASHPP_SM90_FWD_TALL=1 against the 128-row tile in
 // the same process): N=256 +2..+3%, 384 -1.0..-2.7%, 512 +4.0..+5.5%, 640 +3.4..+3.9%, 768
@@ -104,15 +104,15 @@ struct ForwardTallTileConfig<64> : Sm90TileShape<4, 64, 6> {
 template <>
 struct ForwardTallTileConfig<96> : Sm90TileShape<3, 64, 3> {
   static constexpr bool exists = true;
-  static constexpr long long masked_two_tile_rows = 1024;
   static constexpr long long unmasked_two_tile_rows = 0;
+  static constexpr long long masked_two_tile_rows = 1024;
   static constexpr long long round_slack = 5;
 };
 template <>
 struct ForwardTallTileConfig<128> : Sm90TileShape<3, 64, 3> {
   static constexpr bool exists = true;
-  static constexpr long long masked_two_tile_rows = 1024;
   static constexpr long long unmasked_two_tile_rows = 1024;
+  static constexpr long long masked_two_tile_rows = 1024;
   static constexpr long long round_slack = 5;
 };
 

@@ -1,6 +1,7 @@
 // The rounds of a persistent grid under the sm90 forward's two query-tile heights (128 rows: two
-// consumer warpgroups; 192: the tall tile at D 96 and 128, tile_config.hpp), for the choice between them
-// (split_plan.hpp, use_tall_tile). Plain C++: tests/cpu/test_tile_rounds.cpp checks it.
+// consumer warpgroups; 192: the tall tile at D 96 and 128, tile_config.hpp), for the choice
+// between them (split_plan.hpp, use_tall_tile). Plain C++: tests/cpu/test_tile_rounds.cpp checks
+// it.
 #pragma once
 
 #include <cstdint>
